@@ -1,0 +1,46 @@
+"""fisher_mala: Fisher adaptive MALA (Titsias, NeurIPS 2023) in JAX.
+
+Importing the package changes no global JAX setting (e.g. ``jax_enable_x64``).
+"""
+
+from fisher_mala import adaptation, diagnostics, proposals, sqrt_precond, step_size, targets
+from fisher_mala.adaptation import (
+    WarmupParameters,
+    find_reasonable_step_size,
+    fisher_mala_warmup,
+    mala_warmup,
+)
+from fisher_mala.base import SamplingAlgorithm
+from fisher_mala.diagnostics import ess, summary, to_arviz
+from fisher_mala.fisher import FisherMALAInfo, FisherMALAState, fisher_mala
+from fisher_mala.mala import MALAInfo, MALAState, mala
+from fisher_mala.sampling import SamplingResult, register_sampler, sample, samplers
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SamplingResult",
+    "WarmupParameters",
+    "adaptation",
+    "diagnostics",
+    "ess",
+    "find_reasonable_step_size",
+    "fisher_mala_warmup",
+    "mala_warmup",
+    "register_sampler",
+    "sample",
+    "samplers",
+    "summary",
+    "to_arviz",
+    "targets",
+    "FisherMALAInfo",
+    "FisherMALAState",
+    "MALAInfo",
+    "MALAState",
+    "SamplingAlgorithm",
+    "fisher_mala",
+    "mala",
+    "proposals",
+    "sqrt_precond",
+    "step_size",
+]

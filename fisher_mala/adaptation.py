@@ -1,0 +1,446 @@
+"""Warm-up (burn-in with adaptation) for MALA and FisherMALA (layer 4).
+
+Each warm-up follows BlackJAX's shape: ``warmup.run(rng_key, position, num_steps)``
+returns ``(state, parameters), info`` for one chain; ``state`` is ready for the frozen
+sampling kernel and ``parameters`` holds what was tuned.
+
+FisherMALA (Algorithm 1, Section 5.1):
+
+1. an initial step size from :func:`find_reasonable_step_size` (see below);
+2. ``n0`` (default 500) iterations of plain MALA adapting ``sigma^2`` towards 0.574;
+3. ``R = I`` (``I / sqrt(lambda)``, the same proposal) and adaptive FisherMALA
+   iterations for the rest of the burn-in, ``tr(R R^T)`` re-anchored every
+   ``block_size`` iterations (see :mod:`fisher_mala.sqrt_precond`).
+
+MALA (Section 5.1): ``sigma^2`` adapted during the whole burn-in.
+
+Initial step size. The paper's rule ``sigma^2 <- sigma^2 [1 + 0.015 (alpha - 0.574)]``
+changes ``sigma^2`` by at most 1% per iteration, so a poor initial guess wastes the MALA
+phase (a hundredfold reduction needs about 800 iterations of rejections). Like Stan's
+and BlackJAX's ``find_reasonable_step_size``, :func:`find_reasonable_step_size` doubles
+or halves ``sigma^2`` from the user's guess until the *average* M-H acceptance
+probability of ``num_proposals`` (default 8) MALA proposals from the initial position
+crosses the target, and returns the last step on the accepting side. It costs
+``num_proposals`` gradient evaluations per doubling (about 100-200 in all), which
+``fm.sample`` counts in ``num_grad_evals``.
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from fisher_mala import fisher, mala, validation
+from fisher_mala.base import ArrayTree
+from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.proposals import langevin_transition
+from fisher_mala.pytree import flat_logdensity_and_grad, ravel
+from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+
+__all__ = [
+    "WarmupParameters",
+    "WarmupInfo",
+    "WarmupTrace",
+    "StepSizeSearch",
+    "find_reasonable_step_size",
+    "MALAWarmup",
+    "FisherMALAWarmup",
+    "mala_warmup",
+    "fisher_mala_warmup",
+]
+
+#: Iterations between exact recomputations of tr(R R^T) during the warm-up.
+TRACE_REFRESH_EVERY = 1000
+
+
+class WarmupParameters(NamedTuple):
+    """The frozen parameters for the sampling phase.
+
+    Attributes
+    ----------
+    step_size
+        The final ``sigma^2`` (un-normalized).
+    sqrt_precond
+        The final ``R`` (``None`` for MALA).
+    """
+
+    step_size: Array
+    sqrt_precond: Array | None
+
+
+class WarmupTrace(NamedTuple):
+    """Snapshots taken every ``trace_every`` adaptive iterations.
+
+    Attributes
+    ----------
+    iteration
+        Burn-in iteration (counting the MALA phase) of each snapshot.
+    step_size
+        ``sigma^2`` at each snapshot.
+    normalized_precond
+        ``A / (tr(A) / d)`` at each snapshot (only with ``record_precond=True``).
+    """
+
+    iteration: Array
+    step_size: Array
+    normalized_precond: Array | None
+
+
+class StepSizeSearch(NamedTuple):
+    """Outcome of :func:`find_reasonable_step_size`."""
+
+    step_size: Array
+    num_grad_evals: Array
+
+
+class WarmupInfo(NamedTuple):
+    """Per-iteration diagnostics of a warm-up.
+
+    Attributes
+    ----------
+    acceptance_rate
+        ``alpha`` at every burn-in iteration.
+    is_accepted
+        M-H outcome at every burn-in iteration.
+    proposal_is_finite
+        False where the proposal's log density or gradient was not finite.
+    initial_step_size
+        ``sigma^2`` after the step-size search, before the first iteration.
+    num_grad_evals
+        Gradient evaluations of the warm-up, the search included.
+    trace
+        A :class:`WarmupTrace` (FisherMALA with ``trace_every``), else ``None``.
+    """
+
+    acceptance_rate: Array
+    is_accepted: Array
+    proposal_is_finite: Array
+    initial_step_size: Array
+    num_grad_evals: Array
+    trace: WarmupTrace | None
+
+
+def find_reasonable_step_size(
+    rng_key,
+    logdensity_fn: Callable,
+    position: ArrayTree,
+    initial_step_size=1.0,
+    target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+    num_proposals: int = 8,
+    max_doublings: int = 60,
+) -> StepSizeSearch:
+    """Double or halve ``sigma^2`` until MALA's mean acceptance crosses the target.
+
+    Parameters
+    ----------
+    rng_key
+        Key for the proposals (the same noise is reused for every trial step, so the
+        mean acceptance is a smooth function of the step).
+    logdensity_fn
+        ``position -> log pi(position)``.
+    position
+        Where the proposals start (the chain's initial position).
+    initial_step_size
+        The user's guess; the search starts there.
+    target_acceptance_rate
+        The acceptance rate to bracket.
+    num_proposals
+        Proposals averaged per trial step.
+    max_doublings
+        At most this many doublings or halvings (a factor ``2^60``).
+
+    Returns
+    -------
+    StepSizeSearch
+        The step and the number of gradient evaluations spent.
+    """
+    flat, unravel = ravel_pytree(position)
+    dtype = flat.dtype
+    value_and_grad = flat_logdensity_and_grad(logdensity_fn, unravel)
+    logdensity, grad = value_and_grad(flat)
+    keys = jax.random.split(rng_key, num_proposals)
+    identity = lambda v: v  # noqa: E731
+
+    def mean_acceptance(step):
+        def one(key):
+            return langevin_transition(
+                key, flat, logdensity, grad, step, value_and_grad, identity, identity
+            ).acceptance_rate
+
+        return jnp.mean(jax.vmap(one)(keys))
+
+    step0 = jnp.asarray(initial_step_size, dtype)
+    direction = jnp.where(mean_acceptance(step0) >= target_acceptance_rate, 2.0, 0.5)
+
+    def keep_going(carry):
+        _, accepting, i = carry
+        # go up while accepting (> target), down while not; stop at the crossing
+        still = jnp.where(direction > 1, accepting, ~accepting)
+        return still & (i < max_doublings)
+
+    def body(carry):
+        step, _, i = carry
+        new = (step * direction).astype(dtype)
+        return new, mean_acceptance(new) >= target_acceptance_rate, i + 1
+
+    step, accepting, count = jax.lax.while_loop(
+        keep_going, body, (step0, direction > 1, jnp.zeros((), jnp.int32))
+    )
+    # The last step on the accepting side of the target (going down without ever
+    # accepting, the smallest step tried).
+    step = jnp.where(accepting | (direction < 1), step, step / direction)
+    return StepSizeSearch(step, (count + 1) * num_proposals + 1)
+
+
+def _mala_phase(key, state, step, logdensity_fn, num_steps, target, rho, offset, progress):
+    kernel = mala.build_kernel()
+
+    def body(carry, iteration):
+        state, step = carry
+        state, info = kernel(jax.random.fold_in(key, iteration), state, logdensity_fn, step)
+        step = adapt_step_size(step, info.acceptance_rate, target, rho)
+        return (state, step), info
+
+    return scan_with_progress(body, (state, step), num_steps, offset, progress)
+
+
+def _initial_state_and_step(rng_key, position, logdensity_fn, initial_step_size, search, target):
+    state = mala.init(position, logdensity_fn)  # validates position and logdensity_fn
+    if not search:
+        step = jnp.asarray(initial_step_size, ravel(position).dtype)
+        return state, StepSizeSearch(step, jnp.zeros((), jnp.int32))
+    found = find_reasonable_step_size(rng_key, logdensity_fn, position, initial_step_size, target)
+    return state, found
+
+
+def _concat_infos(*infos):
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *infos)
+
+
+class MALAWarmup:
+    """MALA burn-in: ``sigma^2`` adapted towards ``target_acceptance_rate`` throughout.
+
+    Parameters
+    ----------
+    logdensity_fn
+        ``position -> log pi(position)``.
+    initial_step_size
+        Initial ``sigma^2`` guess (default 1).
+    find_step_size
+        Start from :func:`find_reasonable_step_size` of the guess (default ``True``).
+    target_acceptance_rate, step_size_learning_rate
+        ``alpha*`` and ``rho`` of the step-size rule.
+    """
+
+    def __init__(
+        self,
+        logdensity_fn: Callable,
+        initial_step_size=1.0,
+        find_step_size: bool = True,
+        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+        step_size_learning_rate=LEARNING_RATE,
+    ):
+        validation.check_positive("initial_step_size", initial_step_size)
+        validation.check_probability("target_acceptance_rate", target_acceptance_rate)
+        validation.check_nonnegative(
+            "step_size_learning_rate",
+            step_size_learning_rate,
+            upper=1.0 / float(target_acceptance_rate),
+        )
+        self.logdensity_fn = logdensity_fn
+        self.initial_step_size = initial_step_size
+        self.find_step_size = find_step_size
+        self.target = target_acceptance_rate
+        self.rho = step_size_learning_rate
+
+    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
+        """Run ``num_steps`` burn-in iterations of one chain.
+
+        Returns
+        -------
+        (state, parameters), info
+            A :class:`~fisher_mala.mala.MALAState`, :class:`WarmupParameters` and
+            :class:`WarmupInfo`.
+        """
+        key_search, key_run = jax.random.split(rng_key)
+        state, found = _initial_state_and_step(
+            key_search,
+            position,
+            self.logdensity_fn,
+            self.initial_step_size,
+            self.find_step_size,
+            self.target,
+        )
+        (state, step), info = _mala_phase(
+            key_run,
+            state,
+            found.step_size,
+            self.logdensity_fn,
+            num_steps,
+            self.target,
+            self.rho,
+            0,
+            progress,
+        )
+        info = WarmupInfo(
+            info.acceptance_rate,
+            info.is_accepted,
+            info.proposal_is_finite,
+            found.step_size,
+            found.num_grad_evals + 1 + num_steps,
+            None,
+        )
+        return (state, WarmupParameters(step, None)), info
+
+
+class FisherMALAWarmup(MALAWarmup):
+    """FisherMALA burn-in (Algorithm 1): a MALA phase, then adaptive Fisher iterations.
+
+    Parameters
+    ----------
+    logdensity_fn
+        ``position -> log pi(position)``.
+    num_mala_steps
+        ``n0``, the plain-MALA initialization phase (default 500).
+    damping, signal, learning_rate
+        As in :func:`fisher_mala.fisher_mala`.
+    trace_every
+        Record a :class:`WarmupTrace` snapshot every this many adaptive iterations
+        (``None``: no trace).
+    record_precond
+        Include the trace-normalized ``A`` (``d x d``) in each snapshot.
+    initial_step_size, find_step_size, target_acceptance_rate, step_size_learning_rate
+        As in :class:`MALAWarmup`.
+    """
+
+    def __init__(
+        self,
+        logdensity_fn: Callable,
+        num_mala_steps: int = 500,
+        damping=fisher.DAMPING,
+        signal: str = "rao_blackwell",
+        learning_rate=None,
+        trace_every: int | None = None,
+        record_precond: bool = False,
+        initial_step_size=1.0,
+        find_step_size: bool = True,
+        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+        step_size_learning_rate=LEARNING_RATE,
+    ):
+        super().__init__(
+            logdensity_fn,
+            initial_step_size,
+            find_step_size,
+            target_acceptance_rate,
+            step_size_learning_rate,
+        )
+        # Validates damping, signal and learning_rate eagerly.
+        fisher.as_top_level_api(
+            logdensity_fn,
+            1.0,
+            damping,
+            target_acceptance_rate,
+            step_size_learning_rate,
+            signal,
+            learning_rate,
+        )
+        if int(num_mala_steps) < 0:
+            raise ValueError(f"`num_mala_steps` must be >= 0, got {num_mala_steps}.")
+        if trace_every is not None and int(trace_every) < 1:
+            raise ValueError(f"`trace_every` must be a positive integer, got {trace_every}.")
+        self.num_mala_steps = int(num_mala_steps)
+        self.damping = damping
+        self.kernel = fisher.build_kernel(signal, learning_rate, adapt=True)
+        self.trace_every = trace_every
+        self.record_precond = record_precond
+
+    def _snapshot(self, state, iteration):
+        precond = None
+        if self.record_precond:
+            r = state.sqrt_precond
+            precond = (r @ r.T) * (r.shape[0] / state.trace_precond)
+        return WarmupTrace(iteration, state.step_size, precond)
+
+    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
+        """Run ``num_steps`` burn-in iterations (MALA phase included) of one chain.
+
+        Returns
+        -------
+        (state, parameters), info
+            A :class:`~fisher_mala.fisher.FisherMALAState` ready for the frozen kernel,
+            :class:`WarmupParameters` and :class:`WarmupInfo`.
+        """
+        key_search, key_mala, key_fisher = jax.random.split(rng_key, 3)
+        state, found = _initial_state_and_step(
+            key_search,
+            position,
+            self.logdensity_fn,
+            self.initial_step_size,
+            self.find_step_size,
+            self.target,
+        )
+        num_mala = min(self.num_mala_steps, num_steps)
+        (state, step), mala_info = _mala_phase(
+            key_mala,
+            state,
+            found.step_size,
+            self.logdensity_fn,
+            num_mala,
+            self.target,
+            self.rho,
+            0,
+            progress,
+        )
+        fstate = fisher.state_from(
+            state.position, state.logdensity, state.logdensity_grad, step, self.damping
+        )
+        block = self.trace_every or TRACE_REFRESH_EVERY
+        num_adapt = num_steps - num_mala
+        num_blocks, remainder = divmod(num_adapt, block)
+
+        def step_fn(fstate, iteration):
+            key = jax.random.fold_in(key_fisher, iteration)
+            return self.kernel(key, fstate, self.logdensity_fn, self.target, self.rho)
+
+        def run_block(fstate, start):
+            fstate, info = jax.lax.scan(step_fn, fstate, start + jnp.arange(block))
+            fstate = fisher.refresh_trace(fstate)
+            return fstate, (info, self._snapshot(fstate, start + block))
+
+        def outer(fstate, b):
+            start = num_mala + b * block
+            if progress is not None:
+                jax.debug.callback(progress.update_to, start, ordered=False)
+            return run_block(fstate, start)
+
+        fstate, (block_info, trace) = jax.lax.scan(outer, fstate, jnp.arange(num_blocks))
+        infos = [mala_info, jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), block_info)]
+        if remainder:
+            start = num_mala + num_blocks * block
+            fstate, tail = jax.lax.scan(step_fn, fstate, start + jnp.arange(remainder))
+            fstate = fisher.refresh_trace(fstate)
+            infos.append(tail)
+        rates = _concat_infos(
+            *[(i.acceptance_rate, i.is_accepted, i.proposal_is_finite) for i in infos]
+        )
+        info = WarmupInfo(
+            *rates,
+            initial_step_size=found.step_size,
+            num_grad_evals=found.num_grad_evals + 1 + num_steps,
+            trace=trace if self.trace_every else None,
+        )
+        params = WarmupParameters(fstate.step_size, fstate.sqrt_precond)
+        return (fstate, params), info
+
+
+def mala_warmup(logdensity_fn: Callable, **options) -> MALAWarmup:
+    """Build a :class:`MALAWarmup`."""
+    return MALAWarmup(logdensity_fn, **options)
+
+
+def fisher_mala_warmup(logdensity_fn: Callable, **options) -> FisherMALAWarmup:
+    """Build a :class:`FisherMALAWarmup`."""
+    return FisherMALAWarmup(logdensity_fn, **options)

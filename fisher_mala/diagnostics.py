@@ -1,0 +1,185 @@
+"""ESS, summaries and ArviZ export (layer 6).
+
+Two ESS estimators:
+
+* ``method="paper"``: the estimator the paper used, TensorFlow Probability's
+  ``tfp.mcmc.effective_sample_size`` with its default arguments, per chain::
+
+      rho_k = (1 / (N - k)) sum_t w_t w_{t+k} / (1/N sum_t w_t^2),  w = x - mean(x)
+      ESS   = N / (-1 + 2 sum_{k=0}^{M} (N - k) / N rho_k)
+
+  where the sum stops before the first lag ``k`` with ``rho_k < 0``. It cannot
+  exceed ``N`` by much (it is capped by the truncation at the first negative lag),
+  which penalizes antithetic samplers such as NUTS. ArviZ has no such estimator, so
+  it is written here (FFT autocorrelation, as TFP does).
+* any method of ArviZ's ``az.ess`` (``"bulk"``, ``"tail"``, ...), the rank-normalized
+  multi-chain estimators of Vehtari et al. (2021).
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["autocorrelation", "paper_ess", "ess", "Summary", "summary", "to_arviz"]
+
+
+def autocorrelation(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """TFP's ``auto_correlation``: ``rho_k`` with the unbiased ``1/(N - k)`` lag sums."""
+    x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    n = x.shape[-1]
+    w = x - x.mean(axis=-1, keepdims=True)
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    spectrum = np.fft.rfft(w, n=size, axis=-1)
+    lag_sums = np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=-1)[..., :n]
+    cov = lag_sums / (n - np.arange(n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = cov / cov[..., :1]
+    return np.moveaxis(rho, -1, axis)
+
+
+def paper_ess(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """ESS of each series along ``axis`` with TFP's default estimator (see module doc)."""
+    x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    n = x.shape[-1]
+    rho = autocorrelation(x, axis=-1)
+    keep = np.cumsum(rho < 0.0, axis=-1) == 0  # up to (excluding) the first negative lag
+    weighted = np.where(keep, (n - np.arange(n)) / n * rho, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return n / (-1.0 + 2.0 * weighted.sum(axis=-1))
+
+
+def _as_chain_draw_dim(samples) -> np.ndarray:
+    """Flatten a pytree of ``(chains, draws, ...)`` leaves into ``(chains, draws, D)``."""
+    samples = getattr(samples, "samples", samples)
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(samples)]
+    if not leaves or leaves[0].ndim < 2:
+        raise ValueError("`samples` must have leading (chains, draws) axes.")
+    return np.concatenate([leaf.reshape(*leaf.shape[:2], -1) for leaf in leaves], axis=-1)
+
+
+def ess(samples, method: str = "paper", per_chain: bool = True) -> np.ndarray:
+    """Per-dimension effective sample size.
+
+    Parameters
+    ----------
+    samples
+        A :class:`~fisher_mala.sampling.SamplingResult` or a pytree of
+        ``(chains, draws, ...)`` arrays (flattened into ``D`` dimensions).
+    method
+        ``"paper"`` (TFP's estimator) or an ``az.ess`` method (``"bulk"``, ``"tail"``,
+        ...).
+    per_chain
+        ``True``: one ESS per chain, shape ``(chains, D)`` (the paper's tables use
+        chain-wise values). ``False``: one value per dimension, shape ``(D,)``: the sum
+        of the chain-wise values for ``"paper"`` (independent chains), ArviZ's
+        multi-chain estimator otherwise.
+    """
+    x = _as_chain_draw_dim(samples)
+    if method == "paper":
+        per = paper_ess(x, axis=1)
+        return per if per_chain else per.sum(axis=0)
+    import arviz as az
+
+    if per_chain:
+        return np.stack([np.asarray(az.ess(x[c : c + 1], method=method)) for c in range(len(x))])
+    return np.asarray(az.ess(x, method=method))
+
+
+@dataclass
+class Summary:
+    """Paper-style summary of a run (see :func:`summary`)."""
+
+    sampler: str
+    ess_min: tuple[float, float]
+    ess_median: tuple[float, float]
+    ess_max: tuple[float, float]
+    min_ess_per_second: float
+    min_ess_per_grad_eval: float
+    acceptance_rate: float
+    max_rhat: float
+    method: str
+
+    def __str__(self) -> str:
+        def cell(v):
+            return f"{v[0]:10.1f} +- {v[1]:7.1f}"
+
+        return (
+            f"{self.sampler:<12} max {cell(self.ess_max)} | median {cell(self.ess_median)} | "
+            f"min {cell(self.ess_min)} | min ESS/s {self.min_ess_per_second:9.1f} | "
+            f"min ESS/grad {self.min_ess_per_grad_eval:.2e} | acc {self.acceptance_rate:.3f}"
+            f" | max R-hat {self.max_rhat:.3f}"
+        )
+
+
+def summary(result, method: str = "paper") -> Summary:
+    """Min / median / max ESS over dimensions (mean +- sd over chains, as in Table 1).
+
+    ESS per second counts warm-up and sampling time (not compilation); ESS per gradient
+    evaluation counts all evaluations of the run, per chain. R-hat is ArviZ's
+    rank-normalized split R-hat.
+    """
+    import arviz as az
+
+    per_chain = ess(result, method=method, per_chain=True)  # (chains, D)
+    stats = {
+        k: np.array([f(row) for row in per_chain])
+        for k, f in (("min", np.min), ("median", np.median), ("max", np.max))
+    }
+
+    def ms(v):
+        return float(np.mean(v)), float(np.std(v))
+
+    x = _as_chain_draw_dim(result)
+    rhat = float(np.max(np.asarray(az.rhat(x)))) if x.shape[0] > 1 else float("nan")
+    seconds = result.warmup_seconds + result.sampling_seconds
+    total_min = float(stats["min"].sum())
+    return Summary(
+        sampler=result.sampler,
+        ess_min=ms(stats["min"]),
+        ess_median=ms(stats["median"]),
+        ess_max=ms(stats["max"]),
+        min_ess_per_second=total_min / seconds if seconds > 0 else float("nan"),
+        min_ess_per_grad_eval=total_min / float(np.sum(result.num_grad_evals)),
+        acceptance_rate=float(np.mean(result.sample_stats["acceptance_rate"])),
+        max_rhat=rhat,
+        method=method,
+    )
+
+
+def _posterior_dict(samples) -> dict[str, Any]:
+    if isinstance(samples, dict):
+        return {str(k): np.asarray(v) for k, v in samples.items()}
+    leaves, _ = jax.tree.flatten(samples)
+    if len(leaves) == 1:
+        return {"x": np.asarray(leaves[0])}
+    paths = jax.tree_util.tree_flatten_with_path(samples)[0]
+    return {
+        jax.tree_util.keystr(p).strip("[]'.") or f"x{i}": np.asarray(v)
+        for i, (p, v) in enumerate(paths)
+    }
+
+
+def to_arviz(result):
+    """An ArviZ 1.x ``DataTree`` with ``posterior`` and ``sample_stats`` groups.
+
+    ``sample_stats`` uses ArviZ's names: ``lp`` (log density), ``acceptance_rate``,
+    ``step_size`` (the frozen ``sigma^2`` per chain, repeated over draws), ``diverging``
+    (a non-finite proposal) and ``is_accepted``.
+    """
+    import arviz as az
+
+    stats = result.sample_stats
+    shape = np.shape(stats["logdensity"])
+    step = np.broadcast_to(np.asarray(result.parameters.step_size)[:, None], shape)
+    sample_stats = {
+        "lp": np.asarray(stats["logdensity"]),
+        "acceptance_rate": np.asarray(stats["acceptance_rate"]),
+        "is_accepted": np.asarray(stats["is_accepted"]),
+        "diverging": ~np.asarray(stats["proposal_is_finite"]),
+        "step_size": np.asarray(step),
+    }
+    return az.from_dict(
+        {"posterior": _posterior_dict(result.samples), "sample_stats": sample_stats}
+    )

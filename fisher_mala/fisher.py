@@ -1,0 +1,430 @@
+"""Fisher adaptive MALA (Titsias, 2023): Algorithm 1's loop as a BlackJAX-style kernel.
+
+One step (``adapt=True``) is one iteration of Algorithm 1's loop:
+
+1. propose ``y = x + R w``, ``w = (s/2) u_x + sqrt(s) eta`` with the normalized step
+   ``s = sigma^2 / (tr(R R^T) / d)`` of Eq. (7), ``u_x = R^T g_x`` cached in the state;
+2. evaluate ``log pi(y)`` and ``g_y`` once;
+3. ``u_y = R^T g_y`` (computed as ``g_y @ R``, the fast orientation on XLA:CPU);
+4. accept with Proposition 1's ``h`` terms (dot products of ``w``, ``u_x``, ``u_y``);
+5. the adaptation signal in whitened form ``phi = R^T s_n``, free from ``u_x`` and
+   ``u_y``:
+
+   ==================  ===========================================  ==============
+   ``signal``          ``s_n``                                      paper
+   ==================  ===========================================  ==============
+   ``"rao_blackwell"`` ``sqrt(alpha) (g_y - g_x)``                  Eq. (16), Alg. 1
+   ``"increment"``     ``1[accepted] (g_y - g_x)``                  Eq. (15)
+   ``"score"``         ``g_x`` (the raw, non-centred score)         Eq. (11)
+   ``"centered"``      ``g_x - sbar_{n-1}`` with the paired mean    Appendix C
+   ==================  ===========================================  ==============
+
+6. the square-root update of :func:`fisher_mala.sqrt_precond.rank_one_update`
+   (Prop. 4, or Appendix B with ``learning_rate``, or Appendix C for ``"centered"``);
+7. ``sigma^2 <- sigma^2 [1 + rho (alpha - alpha*)]``;
+8. ``tr(R R^T)``, the cached ``u = R^T g`` of the new state and (centred signal) the cached
+   ``R^T sbar`` corrected in O(d).
+
+Passes over the ``d x d`` matrix per step:
+
+* sampling phase (``adapt=False``): **2** (``R w`` and ``g_y^T R``);
+* adaptive phase: **3 matrix-vector passes + 1 rank-one read-modify-write**
+  (``R w``, ``g_y^T R``, ``R phi``, ``R - gamma (R phi) phi^T``); one more read with an
+  Appendix B ``learning_rate``, whose trace must be recomputed (see
+  :mod:`fisher_mala.sqrt_precond`).
+
+No ``O(d^3)`` operation, and no inverse, is ever formed. The initial square root is
+``R_0 = I / sqrt(lambda)`` (``A_0^{-1} = lambda I``, the damping of Eq. (11)): the first
+update then is exactly Eq. (12), and the proposal equals Algorithm 1's ``R = I`` one
+because Eq. (7) is invariant to the scale of ``A``.
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from fisher_mala import validation
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, select
+from fisher_mala.proposals import LangevinTransition, langevin_transition, normalized_step_size
+from fisher_mala.pytree import flat_logdensity_and_grad, ravel
+from fisher_mala.sqrt_precond import (
+    centered_coefficients,
+    fisher_coefficients,
+    initial_sqrt_precond,
+    rank_one_update,
+    schedule_coefficients,
+    whitened_product,
+)
+from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+
+__all__ = [
+    "SIGNALS",
+    "DAMPING",
+    "FisherMALAState",
+    "FisherMALAInfo",
+    "init",
+    "state_from",
+    "build_kernel",
+    "refresh_trace",
+    "as_top_level_api",
+    "fisher_mala",
+]
+
+#: The adaptation signals (see the module docstring).
+SIGNALS = ("rao_blackwell", "increment", "score", "centered")
+#: Algorithm 1's default damping lambda (Section 5.1).
+DAMPING = 10.0
+
+
+class FisherMALAState(NamedTuple):
+    """State of FisherMALA; a pytree of arrays (save it with ``numpy.savez``).
+
+    Attributes
+    ----------
+    position
+        The current position (any pytree of arrays).
+    logdensity
+        ``log pi(position)``.
+    logdensity_grad
+        Its gradient, in the position's structure.
+    sqrt_precond
+        ``R``, ``(d, d)``, with ``A = R R^T`` the (un-normalized) inverse Fisher estimate.
+    step_size
+        ``sigma^2``, un-normalized as in Algorithm 1; the proposal uses
+        ``sigma^2 / (tr(A) / d)``.
+    trace_precond
+        ``tr(R R^T)``, carried in O(d).
+    whitened_grad
+        ``R^T grad`` at the position (flat), carried so that no extra pass is needed.
+    whitened_mean_score
+        ``R^T sbar`` for the centred signal of Appendix C (zeros otherwise).
+    count
+        Number of adaptation updates made so far (``n`` of Prop. 4).
+    """
+
+    position: ArrayTree
+    logdensity: Array
+    logdensity_grad: ArrayTree
+    sqrt_precond: Array
+    step_size: Array
+    trace_precond: Array
+    whitened_grad: Array
+    whitened_mean_score: Array
+    count: Array
+
+
+class FisherMALAInfo(NamedTuple):
+    """Diagnostics of one FisherMALA transition.
+
+    Attributes
+    ----------
+    acceptance_rate
+        The M-H probability ``alpha(x_n, y_n)``.
+    is_accepted
+        Whether the proposal was accepted.
+    proposal_is_finite
+        False when the proposal's log density or gradient was NaN or inf (rejected).
+    normalized_step_size
+        ``sigma_R^2 = sigma^2 / (tr(A) / d)`` used by this proposal.
+    """
+
+    acceptance_rate: Array
+    is_accepted: Array
+    proposal_is_finite: Array
+    normalized_step_size: Array
+
+
+def init(
+    position: ArrayTree,
+    logdensity_fn: Callable,
+    step_size,
+    damping=DAMPING,
+    sqrt_precond: Array | None = None,
+) -> FisherMALAState:
+    """Create the initial :class:`FisherMALAState`.
+
+    Parameters
+    ----------
+    position
+        Initial position (array or pytree of floating-point arrays, finite).
+    logdensity_fn
+        ``position -> log pi(position)``.
+    step_size
+        Initial ``sigma^2`` (e.g. from a MALA warm-up, as in Algorithm 1).
+    damping
+        ``lambda > 0`` of Eq. (11); sets ``R_0 = I / sqrt(lambda)``.
+    sqrt_precond
+        Optional initial ``R_0`` (e.g. a frozen preconditioner from an earlier run);
+        the recursion then treats ``(R_0 R_0^T)^{-1}`` as its prior precision.
+    """
+    validation.check_position(position)
+    validation.check_positive("step_size", step_size, "It is sigma^2 of Algorithm 1.")
+    validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
+    validation.check_logdensity(logdensity_fn, position)
+    logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+    return state_from(position, logdensity, grad, step_size, damping, sqrt_precond)
+
+
+def state_from(
+    position: ArrayTree,
+    logdensity: Array,
+    logdensity_grad: ArrayTree,
+    step_size,
+    damping=DAMPING,
+    sqrt_precond: Array | None = None,
+) -> FisherMALAState:
+    """Build a :class:`FisherMALAState` from an already evaluated position (no evaluation).
+
+    Used by the warm-up to hand a MALA state over to FisherMALA without recomputing the
+    log density and its gradient. No validation is done here.
+    """
+    flat = ravel(position)
+    dim, dtype = flat.shape[0], flat.dtype
+    if sqrt_precond is None:
+        sqrt_precond, trace_precond = initial_sqrt_precond(dim, damping, dtype)
+    else:
+        validation.check_sqrt_precond(sqrt_precond, dim)
+        sqrt_precond = jnp.asarray(sqrt_precond, dtype)
+        trace_precond = jnp.einsum("ij,ij->", sqrt_precond, sqrt_precond)
+    return FisherMALAState(
+        position=position,
+        logdensity=logdensity,
+        logdensity_grad=logdensity_grad,
+        sqrt_precond=sqrt_precond,
+        step_size=jnp.asarray(step_size, dtype),
+        trace_precond=trace_precond,
+        whitened_grad=ravel(logdensity_grad) @ sqrt_precond,
+        whitened_mean_score=jnp.zeros(dim, dtype),
+        count=jnp.zeros((), jnp.int32),
+    )
+
+
+def refresh_trace(state: FisherMALAState) -> FisherMALAState:
+    """Recompute ``tr(R R^T)`` exactly (one read of ``R``), re-anchoring the O(d) update.
+
+    The warm-up driver calls it every 1000 adaptive steps; see *Trace bookkeeping* in
+    :mod:`fisher_mala.sqrt_precond` for the drift it removes.
+    """
+    r = state.sqrt_precond
+    return state._replace(trace_precond=jnp.einsum("ij,ij->", r, r))
+
+
+def _whitened_signal(signal: str, proposal: LangevinTransition, state: FisherMALAState):
+    """``phi = R^T s_n`` for the chosen signal, with no pass over ``R``."""
+    difference = jnp.where(proposal.is_finite, proposal.whitened_grad - state.whitened_grad, 0.0)
+    if signal == "rao_blackwell":  # Eq. (16)
+        return jnp.sqrt(proposal.acceptance_rate) * difference
+    if signal == "increment":  # Eq. (15)
+        return jnp.where(proposal.is_accepted, difference, 0.0)
+    if signal == "score":  # raw score s_n = grad log pi(x_n)
+        return state.whitened_grad
+    # "centered", Appendix C: delta_n = s_n - sbar_{n-1}; no update of R at n = 1.
+    return state.whitened_grad - state.whitened_mean_score
+
+
+def build_kernel(
+    signal: str = "rao_blackwell",
+    learning_rate: Callable | float | None = None,
+    adapt: bool = True,
+) -> Callable:
+    """Build the FisherMALA kernel.
+
+    Parameters
+    ----------
+    signal
+        One of :data:`SIGNALS`.
+    learning_rate
+        ``None`` for ``gamma_n = 1/n`` (Proposition 4); a float in (0, 1) or a schedule
+        ``n -> gamma_n`` (an optax schedule works) for Appendix B. ``n`` is the 1-based
+        index of the update; the first update is always Eq. (12).
+    adapt
+        ``False`` freezes ``R`` and ``sigma^2`` (the sampling phase).
+
+    Returns
+    -------
+    kernel
+        ``kernel(rng_key, state, logdensity_fn, target_acceptance_rate=0.574,
+        step_size_learning_rate=0.015) -> (state, info)``.
+    """
+    validation.check_choice("signal", signal, SIGNALS)
+    # Appendix B's scale a > 1 makes the O(d) trace update unstable: recompute it.
+    exact_trace = learning_rate is not None and signal != "centered"
+
+    def coefficients(n, dtype):
+        if signal == "centered":
+            return centered_coefficients(n, dtype)
+        if learning_rate is None:
+            return fisher_coefficients(n, dtype)
+        gamma = learning_rate(n) if callable(learning_rate) else learning_rate
+        return schedule_coefficients(n, gamma, dtype)
+
+    def kernel(
+        rng_key,
+        state: FisherMALAState,
+        logdensity_fn: Callable,
+        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+        step_size_learning_rate=LEARNING_RATE,
+    ) -> tuple[FisherMALAState, FisherMALAInfo]:
+        position, unravel = ravel_pytree(state.position)
+        dim, dtype = position.shape[0], position.dtype
+        sqrt_precond = state.sqrt_precond
+        step = normalized_step_size(state.step_size, state.trace_precond, dim)
+        proposal = langevin_transition(
+            rng_key,
+            position,
+            state.logdensity,
+            state.whitened_grad,
+            step,
+            flat_logdensity_and_grad(logdensity_fn, unravel),
+            lambda w: sqrt_precond @ w,  # pass 1
+            lambda g: g @ sqrt_precond,  # pass 2
+        )
+        accepted = proposal.is_accepted
+        info = FisherMALAInfo(proposal.acceptance_rate, accepted, proposal.is_finite, step)
+        whitened_grad = jnp.where(accepted, proposal.whitened_grad, state.whitened_grad)
+        moved = state._replace(
+            position=unravel(jnp.where(accepted, proposal.position, position)),
+            logdensity=jnp.where(accepted, proposal.logdensity, state.logdensity),
+            logdensity_grad=select(
+                accepted, unravel(proposal.logdensity_grad), state.logdensity_grad
+            ),
+            whitened_grad=whitened_grad,
+        )
+        if not adapt:
+            return moved, info
+
+        count = state.count + 1
+        phi = _whitened_signal(signal, proposal, state)
+        mean_score = state.whitened_mean_score
+        if signal == "centered":
+            delta = phi
+            phi = jnp.where(count >= 2, delta, 0.0)
+            mean_score = mean_score + delta / count.astype(dtype)  # R^T sbar_n, old R
+        scale, weight = coefficients(count, dtype)
+        update = rank_one_update(sqrt_precond, state.trace_precond, phi, scale, weight, exact_trace)
+        new_state = moved._replace(
+            sqrt_precond=update.sqrt_precond,  # passes 3 and 4
+            trace_precond=update.trace_precond,
+            whitened_grad=whitened_product(update, whitened_grad),
+            whitened_mean_score=(
+                whitened_product(update, mean_score) if signal == "centered" else mean_score
+            ),
+            step_size=adapt_step_size(
+                state.step_size,
+                proposal.acceptance_rate,
+                target_acceptance_rate,
+                step_size_learning_rate,
+            ),
+            count=count,
+        )
+        return new_state, info
+
+    return kernel
+
+
+def _check_learning_rate(learning_rate, signal: str) -> None:
+    if learning_rate is None:
+        return
+    if signal == "centered":
+        raise ValueError(
+            "`learning_rate` cannot be combined with signal='centered': Appendix C fixes "
+            "its own rates. Use learning_rate=None, or another signal."
+        )
+    probes = (2, 3, 10, 1000)
+    if callable(learning_rate):
+        try:
+            values = [float(learning_rate(jnp.asarray(n))) for n in probes]
+        except Exception as err:
+            raise ValueError(
+                "`learning_rate` must be None, a float in (0, 1) or a schedule "
+                f"n -> gamma_n (e.g. an optax schedule); calling it failed: {err}"
+            ) from err
+    else:
+        values = [validation._scalar("learning_rate", learning_rate)]
+    for n, value in zip(probes, values, strict=False):
+        if value is not None and not (0.0 < value < 1.0):
+            raise ValueError(
+                f"`learning_rate` gives gamma_{n} = {value}; Appendix B needs every "
+                "gamma_n in (0, 1) (None means gamma_n = 1/n)."
+            )
+
+
+def as_top_level_api(
+    logdensity_fn: Callable,
+    step_size,
+    damping=DAMPING,
+    target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+    step_size_learning_rate=LEARNING_RATE,
+    signal: str = "rao_blackwell",
+    learning_rate: Callable | float | None = None,
+    adapt: bool = True,
+) -> SamplingAlgorithm:
+    """Fisher adaptive MALA.
+
+    Parameters
+    ----------
+    logdensity_fn
+        ``position -> log pi(position)`` written with ``jax.numpy``; differentiated by
+        autodiff.
+    step_size
+        Initial ``sigma^2`` (un-normalized; Algorithm 1 takes it from a MALA warm-up).
+    damping
+        ``lambda`` of Eq. (11), default 10.
+    target_acceptance_rate
+        ``alpha*``, default 0.574.
+    step_size_learning_rate
+        ``rho`` of the step-size rule, default 0.015; must be in ``[0, 1/alpha*)``.
+    signal
+        The adaptation signal: ``"rao_blackwell"`` (Eq. (16), default), ``"increment"``
+        (Eq. (15)), ``"score"`` (non-centred) or ``"centered"`` (Appendix C).
+    learning_rate
+        ``None`` for Prop. 4 (``gamma_n = 1/n``) or a float / schedule for Appendix B.
+    adapt
+        ``True``: adapt ``R`` and ``sigma^2`` at every step (burn-in). ``False``: keep
+        them frozen (sampling); the state type is the same.
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position, sqrt_precond=None)`` and a jit-compiled
+        ``step(rng_key, state) -> (state, info)``.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, fisher_mala as fm
+    >>> alg = fm.fisher_mala(lambda x: -0.5 * jnp.sum(x**2), step_size=0.5)
+    >>> state = alg.init(jnp.zeros(3))
+    >>> state, info = alg.step(jax.random.key(0), state)
+    """
+    validation.check_positive("step_size", step_size, "It is sigma^2 of Algorithm 1.")
+    validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
+    validation.check_probability("target_acceptance_rate", target_acceptance_rate)
+    validation.check_nonnegative(
+        "step_size_learning_rate",
+        step_size_learning_rate,
+        upper=1.0 / float(target_acceptance_rate),
+        hint="Algorithm 1 uses 0.015.",
+    )
+    validation.check_choice("signal", signal, SIGNALS)
+    _check_learning_rate(learning_rate, signal)
+    if not callable(logdensity_fn):
+        raise TypeError(f"`logdensity_fn` must be callable, got {logdensity_fn!r}.")
+    kernel = build_kernel(signal, learning_rate, adapt)
+
+    def init_fn(position, sqrt_precond=None):
+        return init(position, logdensity_fn, step_size, damping, sqrt_precond)
+
+    @jax.jit
+    def step_fn(rng_key, state):
+        return kernel(
+            rng_key, state, logdensity_fn, target_acceptance_rate, step_size_learning_rate
+        )
+
+    return SamplingAlgorithm(init_fn, step_fn)
+
+
+fisher_mala = SamplingAPI(as_top_level_api, init, build_kernel)

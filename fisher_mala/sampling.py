@@ -1,0 +1,340 @@
+"""One call for the paper's whole protocol: ``fm.sample`` (layer 5).
+
+``sample`` runs every chain's warm-up (adaptation) and then its sampling phase with the
+tuned parameters frozen, vmapped over chains (sharded over local devices along a
+``"chain"`` mesh axis), each phase one jit-compiled ``lax.scan``. Compile time is
+measured apart from run time (ahead-of-time ``lower().compile()``).
+
+Samplers are named by string; :func:`register_sampler` adds more (the baselines do).
+A BlackJAX-style ``SamplingAlgorithm(init, step)`` is also accepted: its warm-up is a
+plain burn-in of ``num_warmup`` steps without adaptation.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fisher_mala import fisher, mala, validation
+from fisher_mala.adaptation import (
+    FisherMALAWarmup,
+    MALAWarmup,
+    WarmupInfo,
+    WarmupParameters,
+)
+from fisher_mala.base import ArrayTree, SamplingAlgorithm
+from fisher_mala.progress import ProgressBar, scan_with_progress
+
+__all__ = ["Sampler", "SamplingResult", "register_sampler", "samplers", "sample"]
+
+
+class Sampler(NamedTuple):
+    """How ``fm.sample`` runs one named sampler.
+
+    Attributes
+    ----------
+    warmup
+        ``(logdensity_fn, **options) -> warmup`` with ``warmup.run(key, position,
+        num_steps, progress)`` returning ``(state, parameters), info``.
+    sampling_kernel
+        ``(logdensity_fn, **options) -> step`` with ``step(key, state, parameters) ->
+        (state, info)``, the frozen kernel of the sampling phase.
+    grad_evals_per_step
+        Gradient evaluations of one sampling step (for ``num_grad_evals``).
+    """
+
+    warmup: Callable
+    sampling_kernel: Callable
+    grad_evals_per_step: int = 1
+
+
+_SAMPLERS: dict[str, Sampler] = {}
+
+
+def register_sampler(name: str, sampler: Sampler) -> None:
+    """Make ``fm.sample(key, name, ...)`` run ``sampler``."""
+    _SAMPLERS[name] = sampler
+
+
+def samplers() -> tuple[str, ...]:
+    """Names accepted by :func:`sample`."""
+    return tuple(_SAMPLERS)
+
+
+def _fisher_sampling_kernel(logdensity_fn, **options):
+    kernel = fisher.build_kernel(adapt=False)
+
+    def step(key, state, parameters):
+        del parameters  # R and sigma^2 are in the state
+        return kernel(key, state, logdensity_fn)
+
+    return step
+
+
+def _mala_sampling_kernel(logdensity_fn, **options):
+    kernel = mala.build_kernel()
+
+    def step(key, state, parameters):
+        return kernel(key, state, logdensity_fn, parameters.step_size)
+
+    return step
+
+
+register_sampler("mala", Sampler(MALAWarmup, _mala_sampling_kernel))
+register_sampler("fisher_mala", Sampler(FisherMALAWarmup, _fisher_sampling_kernel))
+
+
+class _BurnIn:
+    """Warm-up of a user-supplied ``SamplingAlgorithm``: steps without adaptation."""
+
+    def __init__(self, algorithm: SamplingAlgorithm):
+        self.algorithm = algorithm
+
+    def run(self, rng_key, position, num_steps, progress=None):
+        state = self.algorithm.init(position)
+
+        def body(state, iteration):
+            return self.algorithm.step(jax.random.fold_in(rng_key, iteration), state)
+
+        state, info = scan_with_progress(body, state, num_steps, 0, progress)
+        rates = getattr(info, "acceptance_rate", jnp.zeros(num_steps))
+        accepted = getattr(info, "is_accepted", jnp.zeros(num_steps, bool))
+        finite = getattr(info, "proposal_is_finite", jnp.ones(num_steps, bool))
+        out = WarmupInfo(rates, accepted, finite, jnp.nan, jnp.asarray(num_steps), None)
+        return (state, WarmupParameters(jnp.nan, None)), out
+
+
+@dataclass
+class SamplingResult:
+    """What :func:`sample` returns.
+
+    Attributes
+    ----------
+    sampler
+        The sampler's name.
+    samples
+        Draws in the position's structure, each leaf ``(chains, draws, ...)``.
+    sample_stats
+        Per-draw ``logdensity``, ``acceptance_rate``, ``is_accepted``,
+        ``proposal_is_finite`` (each ``(chains, draws)``).
+    parameters
+        The tuned per-chain :class:`~fisher_mala.adaptation.WarmupParameters`.
+    warmup_info
+        Per-chain :class:`~fisher_mala.adaptation.WarmupInfo`.
+    final_state
+        The per-chain state after the last step (resume from it).
+    num_grad_evals
+        Gradient evaluations per chain, warm-up and step-size search included.
+    compile_seconds, warmup_seconds, sampling_seconds
+        Wall-clock times; the run times exclude compilation.
+    num_warmup, num_samples, thinning
+        The protocol.
+    """
+
+    sampler: str
+    samples: ArrayTree
+    sample_stats: dict[str, Any]
+    parameters: WarmupParameters
+    warmup_info: WarmupInfo
+    final_state: Any
+    num_grad_evals: np.ndarray
+    compile_seconds: float
+    warmup_seconds: float
+    sampling_seconds: float
+    num_warmup: int
+    num_samples: int
+    thinning: int
+    devices: list[str] = field(default_factory=list)
+
+    @property
+    def num_chains(self) -> int:
+        return int(np.shape(self.num_grad_evals)[0])
+
+
+def _check_count(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def _check_initial_positions(logdensity_fn, initial_positions) -> int:
+    validation.check_position(initial_positions)
+    shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(initial_positions)]
+    if any(len(s) == 0 for s in shapes):
+        raise ValueError(
+            "`initial_positions` needs a leading chain axis: pass shape (num_chains, ...) "
+            "(e.g. `x[None]` for one chain)."
+        )
+    num_chains = shapes[0][0]
+    if any(s[0] != num_chains for s in shapes):
+        raise ValueError(
+            "The leaves of `initial_positions` disagree on the number of chains "
+            f"(leading axes {[s[0] for s in shapes]}); give every leaf the same first axis."
+        )
+    if num_chains < 1:
+        raise ValueError("`initial_positions` has no chains (leading axis of size 0).")
+    first = jax.tree.map(lambda x: x[0], initial_positions)
+    validation.check_logdensity(logdensity_fn, first)
+    values = jax.vmap(logdensity_fn)(initial_positions)
+    bad = np.flatnonzero(~np.isfinite(np.asarray(values)))
+    if bad.size:
+        raise ValueError(
+            f"`logdensity_fn` is not finite at the initial positions of chains {bad.tolist()}; "
+            "start every chain inside the support."
+        )
+    return int(num_chains)
+
+
+def _shard(tree, num_chains: int):
+    devices = jax.local_devices()
+    if len(devices) < 2 or num_chains % len(devices):
+        return tree, [str(devices[0])]
+    mesh = Mesh(np.asarray(devices), ("chain",))
+    sharding = NamedSharding(mesh, PartitionSpec("chain"))
+    return jax.device_put(tree, sharding), [str(d) for d in devices]
+
+
+def _compile_and_run(fn, *args):
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    return out, compile_seconds, time.perf_counter() - start
+
+
+def sample(
+    rng_key,
+    sampler: str | SamplingAlgorithm,
+    logdensity_fn: Callable,
+    initial_positions: ArrayTree,
+    num_warmup: int = 20_000,
+    num_samples: int = 20_000,
+    thinning: int = 1,
+    progress_bar: bool = False,
+    **options,
+) -> SamplingResult:
+    """Warm up and sample several chains with the paper's protocol.
+
+    Parameters
+    ----------
+    rng_key
+        A JAX PRNG key; chain ``c`` uses ``jax.random.split(rng_key, num_chains)[c]``.
+    sampler
+        A name from :func:`samplers` (``"mala"``, ``"fisher_mala"``, ...) or a
+        ``SamplingAlgorithm`` (burn-in without adaptation, then its ``step``).
+    logdensity_fn
+        ``position -> log pi(position)`` for one chain's position.
+    initial_positions
+        Array or pytree whose leaves have a leading chain axis.
+    num_warmup
+        Burn-in iterations, in which adaptation happens (paper: 2 x 10^4).
+    num_samples
+        Iterations of the sampling phase, parameters frozen (paper: 2 x 10^4).
+    thinning
+        Keep every ``thinning``-th state: ``num_samples // thinning`` draws.
+    progress_bar
+        Show tqdm bars for the warm-up and sampling phases.
+    **options
+        Passed to the sampler's warm-up (e.g. ``damping``, ``signal``,
+        ``initial_step_size``, ``num_mala_steps``, ``trace_every``).
+
+    Returns
+    -------
+    SamplingResult
+    """
+    num_warmup = _check_count("num_warmup", num_warmup, 0)
+    num_samples = _check_count("num_samples", num_samples, 1)
+    thinning = _check_count("thinning", thinning, 1)
+    if thinning > num_samples:
+        raise ValueError(f"`thinning` ({thinning}) exceeds `num_samples` ({num_samples}).")
+    if isinstance(sampler, SamplingAlgorithm):
+        name, warmup = "custom", _BurnIn(sampler)
+        grad_evals_per_step = 1
+        user_step = sampler.step
+
+        def sampling_step(key, state, parameters):
+            del parameters
+            return user_step(key, state)
+
+        if options:
+            raise TypeError(f"Options {sorted(options)} are not used with a custom algorithm.")
+    else:
+        validation.check_choice("sampler", sampler, samplers())
+        spec = _SAMPLERS[sampler]
+        name, grad_evals_per_step = sampler, spec.grad_evals_per_step
+        try:
+            warmup = spec.warmup(logdensity_fn, **options)
+        except TypeError as err:
+            raise TypeError(f"Invalid option for sampler {sampler!r}: {err}") from err
+        sampling_step = spec.sampling_kernel(logdensity_fn, **options)
+    num_chains = _check_initial_positions(logdensity_fn, initial_positions)
+    keys = jax.random.split(rng_key, num_chains)
+    (keys, initial_positions), devices = _shard((keys, initial_positions), num_chains)
+    num_draws = num_samples // thinning
+
+    bars = []
+    if progress_bar:
+        bars = [ProgressBar(num_warmup, "warm-up"), ProgressBar(num_draws, "sampling")]
+    warmup_bar, sampling_bar = bars if bars else (None, None)
+
+    def run_warmup(keys, positions):
+        def one(key, position):
+            return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
+
+        return jax.vmap(one)(keys, positions)
+
+    def run_sampling(keys, states, parameters):
+        def one(key, state, params):
+            key = jax.random.fold_in(key, 1)
+
+            def draw(state, i):
+                def inner(state, j):
+                    return sampling_step(jax.random.fold_in(key, j), state, params)
+
+                state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
+                last = jax.tree.map(lambda x: x[-1], infos)
+                stats = {
+                    "logdensity": state.logdensity,
+                    "acceptance_rate": last.acceptance_rate,
+                    "is_accepted": last.is_accepted,
+                    "proposal_is_finite": getattr(last, "proposal_is_finite", jnp.ones((), bool)),
+                }
+                return state, (state.position, stats)
+
+            return scan_with_progress(draw, state, num_draws, 0, sampling_bar)
+
+        return jax.vmap(one)(keys, states, parameters)
+
+    try:
+        ((states, parameters), warmup_info), compile_w, seconds_w = _compile_and_run(
+            run_warmup, keys, initial_positions
+        )
+        (final_state, (samples, stats)), compile_s, seconds_s = _compile_and_run(
+            run_sampling, keys, states, parameters
+        )
+    finally:
+        for bar in bars:
+            bar.close()
+    num_grad_evals = np.asarray(warmup_info.num_grad_evals) + num_samples * grad_evals_per_step
+    return SamplingResult(
+        sampler=name,
+        samples=samples,
+        sample_stats=stats,
+        parameters=parameters,
+        warmup_info=warmup_info,
+        final_state=final_state,
+        num_grad_evals=num_grad_evals,
+        compile_seconds=compile_w + compile_s,
+        warmup_seconds=seconds_w,
+        sampling_seconds=seconds_s,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        devices=devices,
+    )
