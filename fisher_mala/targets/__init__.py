@@ -13,6 +13,12 @@ from fisher_mala.targets.gaussians import (
     gp_gaussian,
     inhomogeneous_gaussian,
 )
+from fisher_mala.targets.logistic import (
+    DATASETS,
+    load_dataset,
+    logistic_logdensity,
+    logistic_regression,
+)
 
 __all__ = [
     "Target",
@@ -23,4 +29,8 @@ __all__ = [
     "correlated_2d",
     "gp_gaussian",
     "inhomogeneous_gaussian",
+    "DATASETS",
+    "load_dataset",
+    "logistic_logdensity",
+    "logistic_regression",
 ]
