@@ -3,7 +3,18 @@
 Importing the package changes no global JAX setting (e.g. ``jax_enable_x64``).
 """
 
-from fisher_mala import adaptation, diagnostics, proposals, sqrt_precond, step_size, targets
+from fisher_mala import (
+    adamala,
+    adaptation,
+    baseline_warmups,
+    diagnostics,
+    hmc,
+    mmala,
+    proposals,
+    sqrt_precond,
+    step_size,
+    targets,
+)
 from fisher_mala.adaptation import (
     WarmupParameters,
     find_reasonable_step_size,
@@ -20,6 +31,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SamplingResult",
+    "adamala",
+    "baseline_warmups",
+    "hmc",
+    "mmala",
     "WarmupParameters",
     "adaptation",
     "diagnostics",

@@ -46,6 +46,8 @@ __all__ = [
     "WarmupTrace",
     "StepSizeSearch",
     "find_reasonable_step_size",
+    "bracket_step_size",
+    "adaptive_phase",
     "MALAWarmup",
     "FisherMALAWarmup",
     "mala_warmup",
@@ -172,27 +174,40 @@ def find_reasonable_step_size(
 
         return jnp.mean(jax.vmap(one)(keys))
 
-    step0 = jnp.asarray(initial_step_size, dtype)
-    direction = jnp.where(mean_acceptance(step0) >= target_acceptance_rate, 2.0, 0.5)
+    step, count = bracket_step_size(
+        mean_acceptance,
+        jnp.asarray(initial_step_size, dtype),
+        target_acceptance_rate,
+        max_doublings,
+    )
+    return StepSizeSearch(step, (count + 1) * num_proposals + 1)
+
+
+def bracket_step_size(mean_acceptance: Callable, step, target, max_doublings: int = 60):
+    """Double or halve ``step`` until ``mean_acceptance(step)`` crosses ``target``.
+
+    Returns the last step on the accepting side (going down without ever accepting, the
+    smallest step tried) and the number of doublings or halvings made.
+    """
+    dtype = step.dtype
+    direction = jnp.where(mean_acceptance(step) >= target, 2.0, 0.5).astype(dtype)
 
     def keep_going(carry):
         _, accepting, i = carry
-        # go up while accepting (> target), down while not; stop at the crossing
+        # go up while accepting, down while not; stop at the crossing
         still = jnp.where(direction > 1, accepting, ~accepting)
         return still & (i < max_doublings)
 
     def body(carry):
         step, _, i = carry
         new = (step * direction).astype(dtype)
-        return new, mean_acceptance(new) >= target_acceptance_rate, i + 1
+        return new, mean_acceptance(new) >= target, i + 1
 
     step, accepting, count = jax.lax.while_loop(
-        keep_going, body, (step0, direction > 1, jnp.zeros((), jnp.int32))
+        keep_going, body, (step, direction > 1, jnp.zeros((), jnp.int32))
     )
-    # The last step on the accepting side of the target (going down without ever
-    # accepting, the smallest step tried).
     step = jnp.where(accepting | (direction < 1), step, step / direction)
-    return StepSizeSearch(step, (count + 1) * num_proposals + 1)
+    return step, count
 
 
 def _mala_phase(key, state, step, logdensity_fn, num_steps, target, rho, offset, progress):
@@ -397,34 +412,26 @@ class FisherMALAWarmup(MALAWarmup):
         fstate = fisher.state_from(
             state.position, state.logdensity, state.logdensity_grad, step, self.damping
         )
-        block = self.trace_every or TRACE_REFRESH_EVERY
-        num_adapt = num_steps - num_mala
-        num_blocks, remainder = divmod(num_adapt, block)
 
         def step_fn(fstate, iteration):
             key = jax.random.fold_in(key_fisher, iteration)
             return self.kernel(key, fstate, self.logdensity_fn, self.target, self.rho)
 
-        def run_block(fstate, start):
-            fstate, info = jax.lax.scan(step_fn, fstate, start + jnp.arange(block))
-            fstate = fisher.refresh_trace(fstate)
-            return fstate, (info, self._snapshot(fstate, start + block))
-
-        def outer(fstate, b):
-            start = num_mala + b * block
-            if progress is not None:
-                jax.debug.callback(progress.update_to, start, ordered=False)
-            return run_block(fstate, start)
-
-        fstate, (block_info, trace) = jax.lax.scan(outer, fstate, jnp.arange(num_blocks))
-        infos = [mala_info, jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), block_info)]
-        if remainder:
-            start = num_mala + num_blocks * block
-            fstate, tail = jax.lax.scan(step_fn, fstate, start + jnp.arange(remainder))
-            fstate = fisher.refresh_trace(fstate)
-            infos.append(tail)
+        fstate, fisher_info, trace = adaptive_phase(
+            step_fn,
+            fstate,
+            num_steps - num_mala,
+            num_mala,
+            block=self.trace_every or TRACE_REFRESH_EVERY,
+            finish_block=fisher.refresh_trace,
+            snapshot=self._snapshot,
+            progress=progress,
+        )
         rates = _concat_infos(
-            *[(i.acceptance_rate, i.is_accepted, i.proposal_is_finite) for i in infos]
+            *[
+                (i.acceptance_rate, i.is_accepted, i.proposal_is_finite)
+                for i in (mala_info, fisher_info)
+            ]
         )
         info = WarmupInfo(
             *rates,
@@ -434,6 +441,33 @@ class FisherMALAWarmup(MALAWarmup):
         )
         params = WarmupParameters(fstate.step_size, fstate.sqrt_precond)
         return (fstate, params), info
+
+
+def adaptive_phase(step_fn, state, num_steps, offset, block, finish_block, snapshot, progress):
+    """``num_steps`` iterations of ``step_fn(state, iteration) -> (state, info)``.
+
+    Run as ``lax.scan`` over blocks of ``block`` iterations; after each block
+    ``finish_block(state)`` (e.g. re-anchor the trace) and ``snapshot(state, iteration)``
+    is recorded. Returns the state, the per-iteration infos and the stacked snapshots.
+    """
+    num_blocks, remainder = divmod(num_steps, block)
+
+    def outer(state, b):
+        start = offset + b * block
+        if progress is not None:
+            jax.debug.callback(progress.update_to, start, ordered=False)
+        state, info = jax.lax.scan(step_fn, state, start + jnp.arange(block))
+        state = finish_block(state)
+        return state, (info, snapshot(state, start + block))
+
+    state, (info, trace) = jax.lax.scan(outer, state, jnp.arange(num_blocks))
+    infos = [jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), info)]
+    if remainder:
+        start = offset + num_blocks * block
+        state, tail = jax.lax.scan(step_fn, state, start + jnp.arange(remainder))
+        infos.append(tail)
+        state = finish_block(state)
+    return state, _concat_infos(*infos), trace
 
 
 def mala_warmup(logdensity_fn: Callable, **options) -> MALAWarmup:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import fisher, mala, validation
+from fisher_mala import fisher, hmc, mala, mmala, validation
 from fisher_mala.adaptation import (
     FisherMALAWarmup,
     MALAWarmup,
@@ -28,6 +28,7 @@ from fisher_mala.adaptation import (
     WarmupParameters,
 )
 from fisher_mala.base import ArrayTree, SamplingAlgorithm
+from fisher_mala.baseline_warmups import AdaMALAWarmup, HMCWarmup, MMALAWarmup
 from fisher_mala.progress import ProgressBar, scan_with_progress
 
 __all__ = ["Sampler", "SamplingResult", "register_sampler", "samplers", "sample"]
@@ -45,12 +46,13 @@ class Sampler(NamedTuple):
         ``(logdensity_fn, **options) -> step`` with ``step(key, state, parameters) ->
         (state, info)``, the frozen kernel of the sampling phase.
     grad_evals_per_step
-        Gradient evaluations of one sampling step (for ``num_grad_evals``).
+        Gradient evaluations of one sampling step (for ``num_grad_evals``), or a
+        function of the dimension ``d``.
     """
 
     warmup: Callable
     sampling_kernel: Callable
-    grad_evals_per_step: int = 1
+    grad_evals_per_step: int | Callable[[int], int] = 1
 
 
 _SAMPLERS: dict[str, Sampler] = {}
@@ -85,8 +87,43 @@ def _mala_sampling_kernel(logdensity_fn, **options):
     return step
 
 
+def _mmala_sampling_kernel(logdensity_fn, metric_fn=None, **options):
+    kernel = mmala.build_kernel(metric_fn)
+
+    def step(key, state, parameters):
+        return kernel(key, state, logdensity_fn, parameters.step_size)
+
+    return step
+
+
+def _hmc_sampling_kernel(
+    logdensity_fn,
+    num_integration_steps=hmc.NUM_INTEGRATION_STEPS,
+    divergence_threshold=hmc.DIVERGENCE_THRESHOLD,
+    **options,
+):
+    kernel = hmc.build_kernel(num_integration_steps, divergence_threshold)
+
+    def step(key, state, parameters):
+        return kernel(key, state, logdensity_fn, parameters.step_size)
+
+    return step
+
+
 register_sampler("mala", Sampler(MALAWarmup, _mala_sampling_kernel))
 register_sampler("fisher_mala", Sampler(FisherMALAWarmup, _fisher_sampling_kernel))
+# AdaMALA samples with its frozen R = chol(Sigma): preconditioned MALA, i.e. frozen Fisher.
+register_sampler("adamala", Sampler(AdaMALAWarmup, _fisher_sampling_kernel))
+# A Hessian by forward-over-reverse autodiff costs about d gradient evaluations.
+register_sampler("mmala", Sampler(MMALAWarmup, _mmala_sampling_kernel, lambda d: 1 + d))
+register_sampler(
+    "hmc",
+    Sampler(
+        HMCWarmup,
+        _hmc_sampling_kernel,
+        lambda d, n=hmc.NUM_INTEGRATION_STEPS: n,
+    ),
+)
 
 
 class _BurnIn:
@@ -268,12 +305,17 @@ def sample(
         validation.check_choice("sampler", sampler, samplers())
         spec = _SAMPLERS[sampler]
         name, grad_evals_per_step = sampler, spec.grad_evals_per_step
+        if sampler == "hmc" and "num_integration_steps" in options:
+            grad_evals_per_step = int(options["num_integration_steps"])
         try:
             warmup = spec.warmup(logdensity_fn, **options)
         except TypeError as err:
             raise TypeError(f"Invalid option for sampler {sampler!r}: {err}") from err
         sampling_step = spec.sampling_kernel(logdensity_fn, **options)
     num_chains = _check_initial_positions(logdensity_fn, initial_positions)
+    if callable(grad_evals_per_step):
+        dim = sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
+        grad_evals_per_step = grad_evals_per_step(dim)
     keys = jax.random.split(rng_key, num_chains)
     (keys, initial_positions), devices = _shard((keys, initial_positions), num_chains)
     num_draws = num_samples // thinning

@@ -58,6 +58,7 @@ computed after scaling by ``max |phi_i|`` so that it neither overflows nor under
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
@@ -69,6 +70,7 @@ __all__ = [
     "fisher_coefficients",
     "schedule_coefficients",
     "centered_coefficients",
+    "cholesky_rank_one_update",
 ]
 
 
@@ -217,3 +219,29 @@ def centered_coefficients(n, dtype):
     n = jnp.asarray(n, dtype)
     lam_prev = jnp.where(n >= 3, (n - 2.0) / jnp.maximum(n - 1.0, 1.0), 1.0)
     return (1.0 / jnp.sqrt(lam_prev)).astype(dtype), (n * lam_prev).astype(dtype)
+
+
+def cholesky_rank_one_update(chol_upper: Array, vector: Array) -> Array:
+    """Upper Cholesky factor ``U'`` with ``U'^T U' = U^T U + v v^T``, in O(d^2).
+
+    The classical rank-one update (LINPACK ``dchud``), one Givens-like rotation per row of
+    ``U`` (rows are contiguous in memory). It is sequential over the ``d`` rows, so it has
+    ``O(d^2)`` work but ``d`` dependent steps. Used by AdaMALA for the Haario covariance,
+    where ``Sigma`` gains a positive rank-one term every iteration.
+    """
+    dim = chol_upper.shape[0]
+    index = jnp.arange(dim)
+
+    def body(k, carry):
+        upper, v = carry
+        row = upper[k]
+        diag, vk = row[k], v[k]
+        radius = jnp.sqrt(diag * diag + vk * vk)
+        cos, sin = radius / diag, vk / diag
+        right = index > k
+        new_row = jnp.where(right, (row + sin * v) / cos, row).at[k].set(radius)
+        v = jnp.where(right, cos * v - sin * new_row, v)
+        return upper.at[k].set(new_row), v
+
+    upper, _ = jax.lax.fori_loop(0, dim, body, (chol_upper, vector))
+    return upper

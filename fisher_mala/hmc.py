@@ -1,0 +1,94 @@
+"""Hamiltonian Monte Carlo with an identity mass matrix, Section 5.1 (iv).
+
+``num_integration_steps`` (default 10, as in the paper) leapfrog steps of size
+``epsilon``, momentum ``p ~ N(0, I)``, M-H on the energy ``-log pi(x) + |p|^2 / 2``. The
+gradient at the end of a trajectory is cached in the state, so an iteration costs exactly
+``num_integration_steps`` gradient evaluations. A transition whose energy error exceeds
+``divergence_threshold`` (default 1000, as BlackJAX) or is not finite is *divergent*
+(reported in the info, and rejected when not finite).
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from fisher_mala.base import ArrayTree, select
+from fisher_mala.proposals import metropolis_hastings
+from fisher_mala.pytree import flat_logdensity_and_grad, ravel
+
+__all__ = ["HMCState", "HMCInfo", "init", "build_kernel", "NUM_INTEGRATION_STEPS"]
+
+#: The paper's fixed number of leapfrog steps.
+NUM_INTEGRATION_STEPS = 10
+#: Energy error above which a transition is reported divergent.
+DIVERGENCE_THRESHOLD = 1000.0
+
+
+class HMCState(NamedTuple):
+    """Position, log density and its gradient (cached from the last trajectory)."""
+
+    position: ArrayTree
+    logdensity: Array
+    logdensity_grad: ArrayTree
+
+
+class HMCInfo(NamedTuple):
+    """Diagnostics of one HMC transition."""
+
+    acceptance_rate: Array
+    is_accepted: Array
+    proposal_is_finite: Array
+    is_divergent: Array
+    energy_error: Array
+
+
+def init(position: ArrayTree, logdensity_fn: Callable) -> HMCState:
+    """Evaluate the log density and gradient at ``position``."""
+    logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+    return HMCState(position, logdensity, grad)
+
+
+def build_kernel(
+    num_integration_steps: int = NUM_INTEGRATION_STEPS,
+    divergence_threshold: float = DIVERGENCE_THRESHOLD,
+) -> Callable:
+    """HMC kernel ``(rng_key, state, logdensity_fn, step_size) -> (state, info)``."""
+
+    def kernel(rng_key, state: HMCState, logdensity_fn: Callable, step_size):
+        x, unravel = ravel_pytree(state.position)
+        eps = jnp.asarray(step_size, x.dtype)
+        value_and_grad = flat_logdensity_and_grad(logdensity_fn, unravel)
+        key_momentum, key_accept = jax.random.split(rng_key)
+        p0 = jax.random.normal(key_momentum, x.shape, x.dtype)
+
+        def leapfrog(carry, _):
+            z, p, _, g = carry
+            p = p + 0.5 * eps * g
+            z = z + eps * p
+            logdensity, g = value_and_grad(z)
+            return (z, p + 0.5 * eps * g, logdensity, g), None
+
+        start = (x, p0, state.logdensity, ravel(state.logdensity_grad))
+        (y, p1, logdensity_y, grad_y), _ = jax.lax.scan(
+            leapfrog, start, None, length=num_integration_steps
+        )
+        log_ratio = (logdensity_y - 0.5 * jnp.dot(p1, p1)) - (
+            state.logdensity - 0.5 * jnp.dot(p0, p0)
+        )
+        is_finite = jnp.isfinite(log_ratio) & jnp.all(jnp.isfinite(grad_y))
+        is_finite &= jnp.all(jnp.isfinite(y))
+        divergent = ~is_finite | (jnp.abs(log_ratio) > divergence_threshold)
+        log_ratio = jnp.where(is_finite, log_ratio, -jnp.inf)
+        accepted, rate = metropolis_hastings(key_accept, log_ratio)
+        new_state = HMCState(
+            unravel(jnp.where(accepted, y, x)),
+            jnp.where(accepted, logdensity_y, state.logdensity),
+            select(accepted, unravel(grad_y), state.logdensity_grad),
+        )
+        return new_state, HMCInfo(rate, accepted, is_finite, divergent, -log_ratio)
+
+    return kernel
