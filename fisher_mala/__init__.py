@@ -22,6 +22,7 @@ from fisher_mala.adaptation import (
     mala_warmup,
 )
 from fisher_mala.base import SamplingAlgorithm
+from fisher_mala.checkpoint import load_state, save_state
 from fisher_mala.diagnostics import ess, summary, to_arviz
 from fisher_mala.fisher import FisherMALAInfo, FisherMALAState, fisher_mala
 from fisher_mala.mala import MALAInfo, MALAState, mala
@@ -31,6 +32,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SamplingResult",
+    "load_state",
+    "save_state",
     "adamala",
     "baseline_warmups",
     "hmc",

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["autocorrelation", "paper_ess", "ess", "Summary", "summary", "to_arviz"]
+__all__ = ["autocorrelation", "paper_ess", "ess", "Summary", "summary", "to_arviz", "faults"]
 
 
 def autocorrelation(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -183,3 +183,29 @@ def to_arviz(result):
     return az.from_dict(
         {"posterior": _posterior_dict(result.samples), "sample_stats": sample_stats}
     )
+
+
+def faults(result) -> dict[str, np.ndarray]:
+    """Per-chain counts of what went wrong numerically in a :func:`fm.sample` run.
+
+    Returns
+    -------
+    dict
+        ``nonfinite_warmup`` / ``nonfinite_sampling``: proposals whose log density or
+        gradient was NaN or inf (all rejected); ``step_size_at_bound``: the adapted step
+        size sits at the clipping bound ``[sqrt(tiny), sqrt(max)]`` of its dtype (the
+        adaptation wanted to go further); ``accepted_sampling``: accepted proposals in the
+        sampling phase (0 means the chain never moved).
+    """
+    from fisher_mala.step_size import step_size_bounds
+
+    step = np.asarray(result.parameters.step_size)
+    low, high = (
+        step_size_bounds(step.dtype) if np.issubdtype(step.dtype, np.floating) else (0.0, np.inf)
+    )
+    return {
+        "nonfinite_warmup": (~np.asarray(result.warmup_info.proposal_is_finite)).sum(-1),
+        "nonfinite_sampling": (~np.asarray(result.sample_stats["proposal_is_finite"])).sum(-1),
+        "step_size_at_bound": (step <= low * (1 + 1e-6)) | (step >= high * (1 - 1e-6)),
+        "accepted_sampling": np.asarray(result.sample_stats["is_accepted"]).sum(-1),
+    }

@@ -11,6 +11,7 @@ plain burn-in of ``num_warmup`` steps without adaptation.
 """
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -364,7 +365,7 @@ def sample(
         for bar in bars:
             bar.close()
     num_grad_evals = np.asarray(warmup_info.num_grad_evals) + num_samples * grad_evals_per_step
-    return SamplingResult(
+    result = SamplingResult(
         sampler=name,
         samples=samples,
         sample_stats=stats,
@@ -380,3 +381,30 @@ def sample(
         thinning=thinning,
         devices=devices,
     )
+    _warn_about_faults(result)
+    return result
+
+
+def _warn_about_faults(result: SamplingResult) -> None:
+    from fisher_mala.diagnostics import faults
+
+    if result.sampler == "custom":
+        return
+    report = faults(result)
+    stuck = np.flatnonzero(report["accepted_sampling"] == 0)
+    bound = np.flatnonzero(report["step_size_at_bound"])
+    if stuck.size:
+        warnings.warn(
+            f"Chains {stuck.tolist()} accepted no proposal in the sampling phase: their "
+            "draws are a single point. Check the log density (NaN/inf regions: "
+            "fm.diagnostics.faults) or lengthen the warm-up.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if bound.size:
+        warnings.warn(
+            f"The adapted step size of chains {bound.tolist()} reached the clipping bound "
+            "of its dtype: the target may be improper or flat in some direction.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -84,10 +84,11 @@ class SqrtUpdate(NamedTuple):
     trace_precond
         ``tr(R' R'^T)``, computed in O(d) from the previous trace.
     direction
-        The unit vector ``phi / ||phi||`` (zeros for a zero signal).
-    gain
-        The scalar ``gamma = r ||phi||^2 / (c + ||phi||^2)`` so that
-        ``R' = a (R - gamma (R u) u^T)`` with ``u`` the direction.
+        The unit vector ``u = phi / ||phi||`` (zeros for a zero signal).
+    project, coef
+        Scalars with ``R' = a ((R - project (R u) u^T) + coef (R u) u^T)``: ``(0, -gain)``
+        normally, ``(1, 1 - gain)`` when the signal dominates (see
+        :func:`rank_one_update`), with ``gain = r ||phi||^2 / (c + ||phi||^2)``.
     scale
         The scalar ``a``.
     """
@@ -95,7 +96,8 @@ class SqrtUpdate(NamedTuple):
     sqrt_precond: Array
     trace_precond: Array
     direction: Array
-    gain: Array
+    project: Array
+    coef: Array
     scale: Array
 
 
@@ -166,21 +168,30 @@ def rank_one_update(
     # shrink = q / (c + q): fraction of ||R u||^2 removed from the trace.
     shrink = 1.0 / (1.0 + kappa)
     column = sqrt_precond @ unit  # t / ||phi||: one read of R
-    new_sqrt = scale * (sqrt_precond - (gain * column)[:, None] * unit[None, :])
+    # R' = a (R - gain t u^T). When the signal dominates (gain near 1) the component of R
+    # along u shrinks by 1 - gain = sqrt(kappa / (1 + kappa)): write R' = a ((R - t u^T)
+    # + (1 - gain) t u^T) then, so that this factor keeps its relative accuracy (exact in
+    # d = 1). Both forms are one fused read-modify-write of R.
+    dominant = gain > 0.5
+    project = jnp.where(dominant, 1.0, 0.0).astype(dtype)
+    coef = jnp.where(dominant, jnp.sqrt(kappa / (1.0 + kappa)), -gain).astype(dtype)
+    outer = column[:, None] * unit[None, :]
+    new_sqrt = scale * ((sqrt_precond - project * outer) + coef * outer)
     if exact_trace:
         new_trace = jnp.einsum("ij,ij->", new_sqrt, new_sqrt)
     else:
         new_trace = scale**2 * (trace_precond - shrink * jnp.dot(column, column))
-    return SqrtUpdate(new_sqrt, new_trace, unit, gain, scale)
+    return SqrtUpdate(new_sqrt, new_trace, unit, project, coef, scale)
 
 
 def whitened_product(update: SqrtUpdate, whitened: Array) -> Array:
     """Return ``R'^T v`` from ``R^T v`` in O(d).
 
-    ``R'^T v = a (R^T v - gamma u (u^T R^T v))`` with ``u`` the unit direction.
+    ``R'^T v = a ((w - project u (u^T w)) + coef u (u^T w))`` with ``w = R^T v``.
     """
     u = update.direction
-    return update.scale * (whitened - update.gain * u * jnp.dot(u, whitened))
+    along = u * jnp.dot(u, whitened)
+    return update.scale * ((whitened - update.project * along) + update.coef * along)
 
 
 # --- coefficients (a, c) of each recursion, as functions of the 1-based index n ---

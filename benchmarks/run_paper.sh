@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The reproduction queue, cheapest cells first; every command resumes from the cache.
+# Usage: benchmarks/run_paper.sh [python]   (log: benchmarks/results/run.log)
+set -u
+cd "$(dirname "$0")/.."
+PY="${1:-.venv/bin/python}"
+run() { echo "== $(date -u +%H:%M:%S) $*"; "$PY" -m benchmarks.paper run "$@"; }
+SMALL=gp,inhomogeneous,pima,heart,german,australian,ripley
+run table1 --targets "$SMALL"
+run frobenius
+run variants --targets "$SMALL"
+run noncentered --targets gp,ripley,pima
+run table1 --targets caravan --samplers mala,fisher_mala,adamala
+run variants --targets caravan
+run noncentered --targets caravan
+run table1 --targets caravan --samplers hmc
+run table1 --targets mnist56 --samplers mala,fisher_mala --repeats 3
+run variants --targets mnist56 --repeats 3
+run noncentered --targets mnist56 --repeats 3
+run table1 --targets mnist56 --samplers adamala --repeats 3
+run table1 --targets caravan --samplers mmala --repeats 2 --iterations 5000
+run table1 --targets mnist56 --samplers hmc --repeats 2 --iterations 5000
+run table1 --targets mnist56 --samplers mmala --repeats 1 --iterations 500
+echo "== $(date -u +%H:%M:%S) done"

@@ -1,0 +1,83 @@
+"""Numerical faults during sampling: rejected, reported, never inside the state."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fisher_mala as fm
+from fisher_mala.step_size import adapt_step_size, step_size_bounds
+
+
+def _all_finite(tree):
+    return all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(tree))
+
+
+def truncated_gaussian(x):
+    """N(0, I) truncated to x_0 < 1 (log density -inf beyond): a hard wall."""
+    return jnp.where(x[0] < 1.0, -0.5 * jnp.sum(x**2), -jnp.inf)
+
+
+def nan_region(x):
+    """NaN log density where x_1 > 1 (e.g. a log of a negative number)."""
+    return -0.5 * jnp.sum(x**2) + jnp.where(x[1] > 1.0, jnp.nan, 0.0)
+
+
+def overflowing_gradient(x):
+    """Finite where we start, but exp(10 x^2) overflows float32 for |x| > 2.98."""
+    return -0.5 * jnp.sum(x**2) - 1e-30 * jnp.sum(jnp.exp(10.0 * x**2))
+
+
+@pytest.mark.parametrize("logdensity", [truncated_gaussian, nan_region, overflowing_gradient])
+@pytest.mark.parametrize("sampler", ["fisher_mala", "mala", "adamala", "hmc", "mmala"])
+def test_faulty_regions_are_rejected_and_reported(sampler, logdensity):
+    positions = jnp.zeros((2, 4))
+    kwargs = {"initial_step_size": 9.0, "find_step_size": False}  # provoke faults
+    r = fm.sample(jax.random.key(0), sampler, logdensity, positions, num_warmup=1500,
+                  num_samples=500, **kwargs)
+    report = fm.diagnostics.faults(r)
+    assert report["nonfinite_warmup"].sum() > 0  # the faults happened and are counted
+    x = np.asarray(r.samples)
+    assert np.all(np.isfinite(x)) and np.all(np.isfinite(r.sample_stats["logdensity"]))
+    if logdensity is truncated_gaussian:
+        assert x[..., 0].max() < 1.0
+    if logdensity is nan_region:
+        assert x[..., 1].max() <= 1.0
+    assert _all_finite(r.final_state)
+    if r.parameters.sqrt_precond is not None:
+        r_mat = np.asarray(r.parameters.sqrt_precond, np.float64)
+        assert np.all(np.linalg.eigvalsh(r_mat @ np.swapaxes(r_mat, 1, 2)) > 0)
+
+
+def test_everything_rejected_keeps_the_state_and_bounds_the_step():
+    alg = fm.fisher_mala(lambda x: -0.5 * jnp.sum(x**2), step_size=1e30)
+    state = alg.init(jnp.ones(3))
+    start = state.position
+    state, info = jax.lax.scan(lambda s, k: alg.step(k, s), state,
+                               jax.random.split(jax.random.key(0), 200))
+    assert not bool(info.is_accepted.any())
+    np.testing.assert_array_equal(state.position, start)
+    assert _all_finite(state)
+    assert float(state.step_size) < 1e30  # shrinking, by at most 0.86% per rejection
+
+
+def test_step_size_rule_is_clipped_to_the_dtype_bounds():
+    low, high = step_size_bounds(jnp.float32)
+    tiny = adapt_step_size(jnp.float32(low), 0.0, 0.574, 1.0)
+    huge = adapt_step_size(jnp.float32(high), 1.0, 0.574, 1.0)
+    assert float(tiny) == pytest.approx(low) and float(huge) == pytest.approx(high)
+    assert np.isfinite(float(huge)) and float(tiny) > 0
+
+
+def test_a_chain_that_never_moves_is_reported():
+    def spike(x):  # flat inside a tiny box, -inf outside: every proposal leaves the box
+        return jnp.where(jnp.all(jnp.abs(x) < 1e-6), 0.0, -jnp.inf)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = fm.sample(jax.random.key(0), "mala", spike, jnp.zeros((1, 2)), num_warmup=50,
+                      num_samples=50, find_step_size=False, initial_step_size=1.0)
+    assert any("accepted no proposal" in str(w.message) for w in caught)
+    assert int(fm.diagnostics.faults(r)["accepted_sampling"][0]) == 0
