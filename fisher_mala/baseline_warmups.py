@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala import adamala, fisher, hmc, mala, mmala, validation
+from fisher_mala import adamala, fisher, hmc, mala, mmala, pooled, validation
 from fisher_mala.adaptation import (
     TRACE_REFRESH_EVERY,
     MALAWarmup,
@@ -41,7 +41,13 @@ from fisher_mala.adaptation import (
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
 
-__all__ = ["AdaMALAWarmup", "MMALAWarmup", "HMCWarmup", "HMC_TARGET_ACCEPTANCE"]
+__all__ = [
+    "AdaMALAWarmup",
+    "MMALAWarmup",
+    "HMCWarmup",
+    "PooledFisherMALAWarmup",
+    "HMC_TARGET_ACCEPTANCE",
+]
 
 #: Optimal acceptance rate of HMC (Beskos et al., 2013).
 HMC_TARGET_ACCEPTANCE = 0.651
@@ -341,3 +347,122 @@ class HMCWarmup(MALAWarmup):
             trace=None,
         )
         return (hstate, WarmupParameters(eps, None)), info
+
+
+class PooledFisherMALAWarmup(MALAWarmup):
+    """Burn-in of :mod:`fisher_mala.pooled`: all chains together.
+
+    Each chain first runs Algorithm 1's MALA phase (``num_mala_steps``) on its own; the
+    pooled phase then starts from ``R_0 = I / sqrt(lambda)`` and the median of the chains'
+    step sizes, and adapts the shared ``R`` with all chains' signals every iteration
+    (re-anchoring ``tr(R R^T)`` every 1000 iterations).
+    """
+
+    batched = True
+
+    def __init__(
+        self,
+        logdensity_fn: Callable,
+        num_mala_steps: int = 500,
+        damping=fisher.DAMPING,
+        trace_every: int | None = None,
+        record_precond: bool = False,
+        initial_step_size=1.0,
+        find_step_size: bool = True,
+        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+        step_size_learning_rate=LEARNING_RATE,
+    ):
+        super().__init__(
+            logdensity_fn,
+            initial_step_size,
+            find_step_size,
+            target_acceptance_rate,
+            step_size_learning_rate,
+        )
+        validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
+        self.num_mala_steps = int(num_mala_steps)
+        self.damping = damping
+        self.trace_every = trace_every
+        self.record_precond = record_precond
+        self.kernel = pooled.build_kernel(adapt=True)
+
+    def _snapshot(self, state, iteration):
+        precond = None
+        if self.record_precond:
+            r = state.sqrt_precond
+            precond = (r @ r.T) * (r.shape[0] / state.trace_precond)
+        return WarmupTrace(iteration, state.step_size, precond)
+
+    def run_batch(self, rng_key, positions, num_steps: int, progress=None):
+        """Burn in all chains (leading axis of ``positions``) together."""
+        num_chains = jax.tree.leaves(positions)[0].shape[0]
+        key_mala, key_pooled = jax.random.split(rng_key)
+        num_mala = min(self.num_mala_steps, num_steps)
+
+        def mala_chain(key, position):
+            key_search, key_run = jax.random.split(key)
+            state, found = _initial_state_and_step(
+                key_search,
+                position,
+                self.logdensity_fn,
+                self.initial_step_size,
+                self.find_step_size,
+                self.target,
+            )
+            (state, step), info = _mala_phase(
+                key_run,
+                state,
+                found.step_size,
+                self.logdensity_fn,
+                num_mala,
+                self.target,
+                self.rho,
+                0,
+                progress,
+            )
+            return state, step, info, found
+
+        states, steps, info_mala, found = jax.vmap(mala_chain)(
+            jax.random.split(key_mala, num_chains), positions
+        )
+        pstate = pooled.state_from(
+            states.position,
+            states.logdensity,
+            states.logdensity_grad,
+            jnp.median(steps),
+            self.damping,
+        )
+
+        def step_fn(state, iteration):
+            key = jax.random.fold_in(key_pooled, iteration)
+            return self.kernel(key, state, self.logdensity_fn, self.target, self.rho)
+
+        pstate, info_pooled, trace = adaptive_phase(
+            step_fn,
+            pstate,
+            num_steps - num_mala,
+            num_mala,
+            block=self.trace_every or TRACE_REFRESH_EVERY,
+            finish_block=pooled.refresh_trace,
+            snapshot=self._snapshot,
+            progress=progress,
+        )
+        chain_first = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), info_pooled)
+        rates = [
+            jnp.concatenate([a, b], axis=1)
+            for a, b in zip(_rates_tuple(info_mala), _rates_tuple(chain_first), strict=True)
+        ]
+        info = WarmupInfo(
+            *rates,
+            initial_step_size=found.step_size,
+            num_grad_evals=found.num_grad_evals + 1 + num_steps,
+            trace=trace if self.trace_every else None,
+        )
+        params = WarmupParameters(
+            jnp.broadcast_to(pstate.step_size, (num_chains,)), pstate.sqrt_precond
+        )
+        return (pstate, params), info
+
+
+def _rates_tuple(info):
+    return (info.acceptance_rate, info.is_accepted, info.proposal_is_finite)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import fisher, hmc, mala, mmala, validation
+from fisher_mala import fisher, hmc, mala, mmala, pooled, validation
 from fisher_mala.adaptation import (
     FisherMALAWarmup,
     MALAWarmup,
@@ -29,7 +29,12 @@ from fisher_mala.adaptation import (
     WarmupParameters,
 )
 from fisher_mala.base import ArrayTree, SamplingAlgorithm
-from fisher_mala.baseline_warmups import AdaMALAWarmup, HMCWarmup, MMALAWarmup
+from fisher_mala.baseline_warmups import (
+    AdaMALAWarmup,
+    HMCWarmup,
+    MMALAWarmup,
+    PooledFisherMALAWarmup,
+)
 from fisher_mala.progress import ProgressBar, scan_with_progress
 
 __all__ = ["Sampler", "SamplingResult", "register_sampler", "samplers", "sample"]
@@ -111,7 +116,19 @@ def _hmc_sampling_kernel(
     return step
 
 
+def _pooled_sampling_kernel(logdensity_fn, **options):
+    kernel = pooled.build_kernel(adapt=False)
+
+    def step(key, state, parameters):
+        del parameters  # the shared R and sigma^2 are in the state
+        return kernel(key, state, logdensity_fn)
+
+    return step
+
+
 register_sampler("mala", Sampler(MALAWarmup, _mala_sampling_kernel))
+# C chains sharing one R (fisher_mala.pooled); also `fm.sample(..., "fisher_mala", pooled=True)`.
+register_sampler("pooled_fisher_mala", Sampler(PooledFisherMALAWarmup, _pooled_sampling_kernel))
 register_sampler("fisher_mala", Sampler(FisherMALAWarmup, _fisher_sampling_kernel))
 # AdaMALA samples with its frozen R = chol(Sigma): preconditioned MALA, i.e. frozen Fisher.
 register_sampler("adamala", Sampler(AdaMALAWarmup, _fisher_sampling_kernel))
@@ -304,6 +321,10 @@ def sample(
             raise TypeError(f"Options {sorted(options)} are not used with a custom algorithm.")
     else:
         validation.check_choice("sampler", sampler, samplers())
+        if options.pop("pooled", False):
+            if sampler != "fisher_mala":
+                raise ValueError("`pooled=True` is available for sampler='fisher_mala' only.")
+            sampler = "pooled_fisher_mala"
         spec = _SAMPLERS[sampler]
         name, grad_evals_per_step = sampler, spec.grad_evals_per_step
         if sampler == "hmc" and "num_integration_steps" in options:
@@ -326,33 +347,50 @@ def sample(
         bars = [ProgressBar(num_warmup, "warm-up"), ProgressBar(num_draws, "sampling")]
     warmup_bar, sampling_bar = bars if bars else (None, None)
 
-    def run_warmup(keys, positions):
-        def one(key, position):
-            return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
+    def draws_of(step, key, state, params):
+        """Scan ``num_draws`` times ``thinning`` steps; keep every ``thinning``-th state."""
 
-        return jax.vmap(one)(keys, positions)
+        def draw(state, i):
+            def inner(state, j):
+                return step(jax.random.fold_in(key, j), state, params)
 
-    def run_sampling(keys, states, parameters):
-        def one(key, state, params):
-            key = jax.random.fold_in(key, 1)
+            state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
+            last = jax.tree.map(lambda x: x[-1], infos)
+            finite = getattr(last, "proposal_is_finite", jnp.ones_like(last.is_accepted))
+            stats = {
+                "logdensity": state.logdensity,
+                "acceptance_rate": last.acceptance_rate,
+                "is_accepted": last.is_accepted,
+                "proposal_is_finite": finite,
+            }
+            return state, (state.position, stats)
 
-            def draw(state, i):
-                def inner(state, j):
-                    return sampling_step(jax.random.fold_in(key, j), state, params)
+        return scan_with_progress(draw, state, num_draws, 0, sampling_bar)
 
-                state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
-                last = jax.tree.map(lambda x: x[-1], infos)
-                stats = {
-                    "logdensity": state.logdensity,
-                    "acceptance_rate": last.acceptance_rate,
-                    "is_accepted": last.is_accepted,
-                    "proposal_is_finite": getattr(last, "proposal_is_finite", jnp.ones((), bool)),
-                }
-                return state, (state.position, stats)
+    if getattr(warmup, "batched", False):  # one state for all chains (pooled)
 
-            return scan_with_progress(draw, state, num_draws, 0, sampling_bar)
+        def run_warmup(keys, positions):
+            key = jax.random.fold_in(keys[0], 0)
+            return warmup.run_batch(key, positions, num_warmup, warmup_bar)
 
-        return jax.vmap(one)(keys, states, parameters)
+        def run_sampling(keys, state, parameters):
+            key = jax.random.fold_in(keys[0], 1)
+            state, out = draws_of(sampling_step, key, state, parameters)
+            return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
+
+    else:
+
+        def run_warmup(keys, positions):
+            def one(key, position):
+                return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
+
+            return jax.vmap(one)(keys, positions)
+
+        def run_sampling(keys, states, parameters):
+            def one(key, state, params):
+                return draws_of(sampling_step, jax.random.fold_in(key, 1), state, params)
+
+            return jax.vmap(one)(keys, states, parameters)
 
     try:
         ((states, parameters), warmup_info), compile_w, seconds_w = _compile_and_run(

@@ -1,0 +1,93 @@
+"""Pooled FisherMALA: the rank-C square-root update and one R shared by all chains."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import normalized_frobenius
+
+import fisher_mala as fm
+from fisher_mala import pooled
+from fisher_mala.sqrt_precond import (
+    block_whitened_product,
+    initial_sqrt_precond,
+    rank_block_update,
+    rank_one_update,
+)
+
+
+@pytest.mark.parametrize("d,c,n", [(5, 1, 10), (12, 4, 30), (40, 16, 20)])
+def test_block_update_matches_dense_inverse_and_sequential_updates(x64, d, c, n):
+    rng = np.random.default_rng(d * c)
+    damping = 10.0
+    r_block, tr_block = initial_sqrt_precond(d, damping, jnp.float64)
+    r_seq, tr_seq = r_block, tr_block
+    probe = rng.normal(size=d)
+    whitened = probe @ np.asarray(r_block)
+    signals = rng.normal(size=(n, c, d)) * rng.lognormal(size=(n, c, 1))
+    for block in signals:
+        update = rank_block_update(r_block, tr_block, jnp.asarray(block) @ r_block)
+        whitened = block_whitened_product(update, whitened[None])[0]
+        r_block, tr_block = update.sqrt_precond, update.trace_precond
+        for s in block:
+            u = rank_one_update(r_seq, tr_seq, jnp.asarray(s) @ r_seq)
+            r_seq, tr_seq = u.sqrt_precond, u.trace_precond
+    flat = signals.reshape(-1, d)
+    dense = np.linalg.inv(flat.T @ flat + damping * np.eye(d))
+    a_block = np.asarray(r_block) @ np.asarray(r_block).T
+    a_seq = np.asarray(r_seq) @ np.asarray(r_seq).T
+    assert np.linalg.norm(a_block - dense) / np.linalg.norm(dense) < 1e-10
+    assert np.linalg.norm(a_block - a_seq) / np.linalg.norm(dense) < 1e-10
+    assert float(tr_block) == pytest.approx(np.trace(a_block), rel=1e-9)
+    np.testing.assert_allclose(whitened, probe @ np.asarray(r_block), rtol=1e-8, atol=1e-12)
+
+
+MEAN = np.array([1.0, -2.0, 0.5])
+COV = np.array([[1.0, 0.9, 0.2], [0.9, 1.5, 0.3], [0.2, 0.3, 0.25]])
+
+
+def test_frozen_pooled_kernel_leaves_the_target_invariant():
+    target = fm.targets.gaussian("g3", MEAN, COV)
+    num = 4000
+    chol = np.linalg.cholesky(COV)
+    x0 = jnp.asarray(MEAN + jax.random.normal(jax.random.key(0), (num, 3)) @ chol.T, jnp.float32)
+    r = jnp.asarray([[1.0, 0.0, 0.0], [0.8, 0.3, 0.0], [-0.5, 0.4, 2.0]], jnp.float32)
+    state = pooled.init(x0, target.logdensity_fn, 0.3)
+    state = pooled.state_from(state.position, state.logdensity, state.logdensity_grad, 0.3,
+                              10.0, sqrt_precond=r)
+    kernel = jax.jit(lambda k, s: pooled.build_kernel(adapt=False)(k, s, target.logdensity_fn))
+    rates = []
+    for key in jax.random.split(jax.random.key(1), 15):
+        state, info = kernel(key, state)
+        rates.append(float(info.acceptance_rate.mean()))
+    assert 0.2 < np.mean(rates) < 0.9
+    x = np.asarray(state.position, np.float64)
+    z_mean = (x.mean(0) - MEAN) / (x.std(0) / np.sqrt(num))
+    sq = (x - MEAN) ** 2
+    z_var = (sq.mean(0) - np.diag(COV)) / (sq.std(0) / np.sqrt(num))
+    assert np.all(np.abs(np.concatenate([z_mean, z_var])) < 4.5)
+    np.testing.assert_array_equal(state.sqrt_precond, r)
+
+
+def test_pooled_sampling_learns_faster_than_one_chain():
+    target = fm.targets.gp_gaussian()
+    x0 = target.initial_positions(jax.random.key(1), 8)
+    kwargs = dict(num_warmup=3000, num_samples=500)
+    shared = fm.sample(jax.random.key(0), "fisher_mala", target.logdensity_fn, x0, pooled=True,
+                       **kwargs)
+    alone = fm.sample(jax.random.key(0), "fisher_mala", target.logdensity_fn, x0, **kwargs)
+    assert shared.parameters.sqrt_precond.shape == (100, 100)
+    assert shared.samples.shape == alone.samples.shape == (8, 500, 100)
+    assert shared.sample_stats["acceptance_rate"].shape == (8, 500)
+    r = np.asarray(shared.parameters.sqrt_precond, np.float64)
+    d_shared = normalized_frobenius(r @ r.T, target.covariance)
+    r1 = np.asarray(alone.parameters.sqrt_precond[0], np.float64)
+    d_alone = normalized_frobenius(r1 @ r1.T, target.covariance)
+    assert d_shared < 0.5 * d_alone, (d_shared, d_alone)
+    assert fm.to_arviz(shared) is not None
+
+
+def test_pooled_is_only_for_fisher_mala():
+    with pytest.raises(ValueError, match="pooled"):
+        fm.sample(jax.random.key(0), "mala", lambda x: -jnp.sum(x**2), jnp.zeros((2, 2)),
+                  pooled=True)
