@@ -271,14 +271,11 @@ class MALAWarmup:
         self.target = target_acceptance_rate
         self.rho = step_size_learning_rate
 
-    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
-        """Run ``num_steps`` burn-in iterations of one chain.
+    def mala_phase(self, rng_key, position, num_steps: int, progress=None):
+        """Step-size search, then ``num_steps`` MALA iterations adapting ``sigma^2``.
 
-        Returns
-        -------
-        (state, parameters), info
-            A :class:`~fisher_mala.mala.MALAState`, :class:`WarmupParameters` and
-            :class:`WarmupInfo`.
+        Returns ``(state, step_size), per-iteration info, StepSizeSearch``; the first
+        phase of every warm-up of the library.
         """
         key_search, key_run = jax.random.split(rng_key)
         state, found = _initial_state_and_step(
@@ -289,7 +286,7 @@ class MALAWarmup:
             self.find_step_size,
             self.target,
         )
-        (state, step), info = _mala_phase(
+        carry, info = _mala_phase(
             key_run,
             state,
             found.step_size,
@@ -300,6 +297,18 @@ class MALAWarmup:
             0,
             progress,
         )
+        return carry, info, found
+
+    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
+        """Run ``num_steps`` burn-in iterations of one chain.
+
+        Returns
+        -------
+        (state, parameters), info
+            A :class:`~fisher_mala.mala.MALAState`, :class:`WarmupParameters` and
+            :class:`WarmupInfo`.
+        """
+        (state, step), info, found = self.mala_phase(rng_key, position, num_steps, progress)
         info = WarmupInfo(
             info.acceptance_rate,
             info.is_accepted,
@@ -373,11 +382,9 @@ class FisherMALAWarmup(MALAWarmup):
         self.record_precond = record_precond
 
     def _snapshot(self, state, iteration):
-        precond = None
-        if self.record_precond:
-            r = state.sqrt_precond
-            precond = (r @ r.T) * (r.shape[0] / state.trace_precond)
-        return WarmupTrace(iteration, state.step_size, precond)
+        return snapshot(
+            state.sqrt_precond, state.trace_precond, state.step_size, iteration, self.record_precond
+        )
 
     def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
         """Run ``num_steps`` burn-in iterations (MALA phase included) of one chain.
@@ -388,27 +395,9 @@ class FisherMALAWarmup(MALAWarmup):
             A :class:`~fisher_mala.fisher.FisherMALAState` ready for the frozen kernel,
             :class:`WarmupParameters` and :class:`WarmupInfo`.
         """
-        key_search, key_mala, key_fisher = jax.random.split(rng_key, 3)
-        state, found = _initial_state_and_step(
-            key_search,
-            position,
-            self.logdensity_fn,
-            self.initial_step_size,
-            self.find_step_size,
-            self.target,
-        )
+        key_mala, key_fisher = jax.random.split(rng_key)
         num_mala = min(self.num_mala_steps, num_steps)
-        (state, step), mala_info = _mala_phase(
-            key_mala,
-            state,
-            found.step_size,
-            self.logdensity_fn,
-            num_mala,
-            self.target,
-            self.rho,
-            0,
-            progress,
-        )
+        (state, step), mala_info, found = self.mala_phase(key_mala, position, num_mala, progress)
         fstate = fisher.state_from(
             state.position, state.logdensity, state.logdensity_grad, step, self.damping
         )
@@ -441,6 +430,14 @@ class FisherMALAWarmup(MALAWarmup):
         )
         params = WarmupParameters(fstate.step_size, fstate.sqrt_precond)
         return (fstate, params), info
+
+
+def snapshot(sqrt_precond, trace, step_size, iteration, record_precond: bool) -> WarmupTrace:
+    """A :class:`WarmupTrace` entry: ``sigma^2`` and, if asked, ``A / (tr(A) / d)``."""
+    precond = None
+    if record_precond:
+        precond = (sqrt_precond @ sqrt_precond.T) * (sqrt_precond.shape[0] / trace)
+    return WarmupTrace(iteration, step_size, precond)
 
 
 def adaptive_phase(step_fn, state, num_steps, offset, block, finish_block, snapshot, progress):

@@ -30,13 +30,12 @@ from fisher_mala.adaptation import (
     StepSizeSearch,
     WarmupInfo,
     WarmupParameters,
-    WarmupTrace,
     _concat_infos,
     _initial_state_and_step,
-    _mala_phase,
     adaptive_phase,
     bracket_step_size,
     find_reasonable_step_size,
+    snapshot,
 )
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
@@ -108,37 +107,18 @@ class AdaMALAWarmup(MALAWarmup):
         self.kernel = adamala.build_kernel(target_acceptance_rate, step_size_learning_rate)
 
     def _snapshot(self, state, iteration):
-        precond = None
-        if self.record_precond:
-            u = state.covariance.chol_upper
-            precond = (u.T @ u) * (u.shape[0] / state.covariance.trace)
-        return WarmupTrace(iteration, state.step_size, precond)
+        cov = state.covariance
+        return snapshot(
+            cov.chol_upper.T, cov.trace, state.step_size, iteration, self.record_precond
+        )
 
     def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
         """Run ``num_steps`` burn-in iterations (all three phases) of one chain."""
-        key_search, key_mala, key_collect, key_ada = jax.random.split(rng_key, 4)
-        state, found = _initial_state_and_step(
-            key_search,
-            position,
-            self.logdensity_fn,
-            self.initial_step_size,
-            self.find_step_size,
-            self.target,
-        )
+        key_mala, key_collect, key_ada = jax.random.split(rng_key, 3)
         flat, _ = ravel_pytree(position)
         num_mala = min(self.num_mala_steps, num_steps)
         num_collect = min(self.num_collect_steps, num_steps - num_mala)
-        (state, step), info_mala = _mala_phase(
-            key_mala,
-            state,
-            found.step_size,
-            self.logdensity_fn,
-            num_mala,
-            self.target,
-            self.rho,
-            0,
-            progress,
-        )
+        (state, step), info_mala, found = self.mala_phase(key_mala, position, num_mala, progress)
         kernel = mala.build_kernel()
 
         def collect(carry, iteration):
@@ -387,11 +367,9 @@ class PooledFisherMALAWarmup(MALAWarmup):
         self.kernel = pooled.build_kernel(adapt=True)
 
     def _snapshot(self, state, iteration):
-        precond = None
-        if self.record_precond:
-            r = state.sqrt_precond
-            precond = (r @ r.T) * (r.shape[0] / state.trace_precond)
-        return WarmupTrace(iteration, state.step_size, precond)
+        return snapshot(
+            state.sqrt_precond, state.trace_precond, state.step_size, iteration, self.record_precond
+        )
 
     def run_batch(self, rng_key, positions, num_steps: int, progress=None):
         """Burn in all chains (leading axis of ``positions``) together."""
@@ -400,26 +378,7 @@ class PooledFisherMALAWarmup(MALAWarmup):
         num_mala = min(self.num_mala_steps, num_steps)
 
         def mala_chain(key, position):
-            key_search, key_run = jax.random.split(key)
-            state, found = _initial_state_and_step(
-                key_search,
-                position,
-                self.logdensity_fn,
-                self.initial_step_size,
-                self.find_step_size,
-                self.target,
-            )
-            (state, step), info = _mala_phase(
-                key_run,
-                state,
-                found.step_size,
-                self.logdensity_fn,
-                num_mala,
-                self.target,
-                self.rho,
-                0,
-                progress,
-            )
+            (state, step), info, found = self.mala_phase(key, position, num_mala, progress)
             return state, step, info, found
 
         states, steps, info_mala, found = jax.vmap(mala_chain)(

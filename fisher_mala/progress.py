@@ -3,7 +3,7 @@
 The scan body calls a host callback every ``every`` iterations with the *absolute*
 iteration number; the bar moves to that number. Updates are idempotent, so the several
 calls that ``vmap`` may make for one iteration (one per chain) move the bar once, and
-the rate of host calls is bounded by ``every`` (about 100 updates per phase by default).
+the rate of host calls is bounded by ``every`` (about 50 updates per phase by default).
 """
 
 from collections.abc import Callable
@@ -21,7 +21,7 @@ class ProgressBar:
         from tqdm.auto import tqdm  # imported lazily: only when a bar is asked for
 
         self.total = int(total)
-        self.every = max(1, every or self.total // 100)
+        self.every = max(1, every or self.total // 50)
         self._bar = tqdm(total=self.total, desc=description, dynamic_ncols=True)
 
     def update_to(self, iteration) -> None:

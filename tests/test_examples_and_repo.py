@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -28,3 +30,38 @@ def test_ci_runs_the_readme_test_command():
     assert "examples/quickstart.py" in quickstart
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci, (tests, ci)
+
+
+EXAMPLES = {
+    "logistic_regression.py": ["--quick"],
+    "scan_composition.py": ["--quick"],
+    "numpyro_model.py": ["--quick"],
+    "gpu.py": ["--quick", "--chains", "2", "--dataset", "ripley"],
+    "custom_schedule.py": ["--quick"],
+}
+
+
+@pytest.mark.parametrize("script", list(EXAMPLES))
+def test_examples_run_in_quick_mode(script, tmp_path):
+    args = [sys.executable, str(ROOT / "examples" / script), *EXAMPLES[script]]
+    if script == "logistic_regression.py":
+        args += ["--out", str(tmp_path)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ESS" in proc.stdout or "ESS" in proc.stderr or "draws" in proc.stdout
+
+
+def test_paper_reproduction_pipeline_quick_mode(tmp_path):
+    """benchmarks.paper end to end on a few small cells: tables and figures are produced."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.paper", "quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "results.md").read_text()
+    assert "| FisherMALA |" in text and "reduced: 300 + 300 iterations, 2 repetitions" in text
+    for name in ("frobenius_gaussian_2d.png", "gp_covariance.png", "logtarget_gp.png",
+                 "step_sizes.png"):
+        assert (tmp_path / "images" / "results" / name).stat().st_size > 1000
+    records = list((tmp_path / "results").glob("gp/fisher_mala/rep*.json"))
+    assert len(records) == 2

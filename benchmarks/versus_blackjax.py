@@ -1,0 +1,205 @@
+"""FisherMALA against the samplers users would otherwise pick, in one process.
+
+    python -m benchmarks.versus_blackjax --targets all
+    python -m benchmarks.versus_blackjax --render      # the table of docs/performance.md
+
+Samplers, 4 chains each, from the same N(0, I) starts:
+
+* ``fisher_mala``: ``fm.sample`` (independent chains), ``--fisher-warmup`` (default 5000)
+  burn-in iterations then ``--samples`` draws;
+* ``fisher_mala_pooled``: the same with one shared preconditioner (``pooled=True``);
+* ``nuts_diag`` / ``nuts_dense``: BlackJAX NUTS after ``blackjax.window_adaptation``
+  (diagonal / dense inverse mass matrix, target acceptance 0.8), ``--nuts-warmup``
+  (default 1000, Stan's) adaptation steps then ``--samples`` draws;
+* ``blackjax_mala``: BlackJAX MALA with the step size tuned by the paper's rule during
+  ``--fisher-warmup`` iterations (``fm.mala_warmup``; BlackJAX's ``step_size`` is
+  ``sigma^2 / 2``).
+
+Reported per (target, sampler): min and median ESS over dimensions with ArviZ's bulk ESS
+(multi-chain) and with the paper's estimator (TFP, summed over chains), ESS per gradient
+evaluation, min ESS per second counting warm-up and sampling (compile time apart), and the
+gradient evaluations. Results are cached in ``benchmarks/results/race/`` (a finished cell
+is not recomputed).
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import fisher_mala as fm
+from fisher_mala.sampling import _compile_and_run as _compile_run
+
+RESULTS = Path(__file__).resolve().parent / "results" / "race"
+SAMPLERS = ("fisher_mala", "fisher_mala_pooled", "nuts_diag", "nuts_dense", "blackjax_mala")
+TARGETS = ("gp", "inhomogeneous", "pima", "caravan", "mnist56", "heart", "german",
+           "australian", "ripley")
+
+
+def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
+    import blackjax
+    from blackjax.adaptation.base import get_filter_adapt_info_fn
+
+    logdensity = target.logdensity_fn
+    warmup = blackjax.window_adaptation(
+        blackjax.nuts, logdensity, is_mass_matrix_diagonal=diagonal,
+        adaptation_info_fn=get_filter_adapt_info_fn(set(), {"num_integration_steps"}, set()),
+    )
+    keys = jax.random.split(key, positions.shape[0])
+
+    def warm(keys, positions):
+        return jax.vmap(lambda k, x: warmup.run(k, x, num_warmup))(keys, positions)
+
+    ((states, params), info), c1, t1 = _compile_run(warm, keys, positions)
+    grads_warmup = np.asarray(info.info.num_integration_steps).sum()
+
+    def sample(keys, states, params):
+        def one(key, state, p):
+            kernel = blackjax.nuts(logdensity, **p)
+
+            def body(s, k):
+                s, i = kernel.step(k, s)
+                return s, (s.position, i.num_integration_steps)
+
+            return jax.lax.scan(body, state, jax.random.split(key, num_samples))[1]
+
+        return jax.vmap(one)(keys, states, params)
+
+    (draws, steps), c2, t2 = _compile_run(sample, jax.random.split(keys[0], len(keys)), states,
+                                          params)
+    grads = int(grads_warmup + np.asarray(steps).sum())
+    return np.asarray(draws), grads, c1 + c2, t1, t2
+
+
+def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
+    import blackjax
+
+    warmup = fm.mala_warmup(target.logdensity_fn)
+    keys = jax.random.split(key, positions.shape[0])
+
+    def warm(keys, positions):
+        return jax.vmap(lambda k, x: warmup.run(k, x, num_warmup))(keys, positions)
+
+    ((states, params), info), c1, t1 = _compile_run(warm, keys, positions)
+
+    def sample(keys, positions, sigma2):
+        def one(key, x, s2):
+            kernel = blackjax.mala(target.logdensity_fn, step_size=s2 / 2.0)
+            state = kernel.init(x)
+
+            def body(s, k):
+                s, _ = kernel.step(k, s)
+                return s, s.position
+
+            return jax.lax.scan(body, state, jax.random.split(key, num_samples))[1]
+
+        return jax.vmap(one)(keys, positions, sigma2)
+
+    draws, c2, t2 = _compile_run(sample, jax.random.split(keys[0], len(keys)), states.position,
+                                 params.step_size)
+    grads = int(np.asarray(info.num_grad_evals).sum() + num_samples * positions.shape[0])
+    return np.asarray(draws), grads, c1 + c2, t1, t2
+
+
+def run_cell(target_name, sampler, args, root=RESULTS):
+    path = root / target_name / f"{sampler}.json"
+    protocol = {"chains": args.chains, "samples": args.samples,
+                "fisher_warmup": args.fisher_warmup, "nuts_warmup": args.nuts_warmup}
+    if path.exists() and json.loads(path.read_text())["protocol"] == protocol:
+        print(f"  cached   {target_name:14s} {sampler}")
+        return
+    target = fm.targets.get(target_name)
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    positions = target.initial_positions(key_init, args.chains)
+    if sampler.startswith("fisher_mala"):
+        r = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
+                      num_warmup=args.fisher_warmup, num_samples=args.samples,
+                      pooled=sampler.endswith("pooled"))
+        draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
+        compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
+    elif sampler.startswith("nuts"):
+        draws, grads, compile_s, warm_s, sample_s = _run_nuts(
+            target, positions, key_run, sampler == "nuts_diag", args.nuts_warmup, args.samples)
+    else:
+        draws, grads, compile_s, warm_s, sample_s = _run_blackjax_mala(
+            target, positions, key_run, args.fisher_warmup, args.samples)
+    bulk = fm.ess(draws, method="bulk", per_chain=False)
+    paper = fm.ess(draws, method="paper", per_chain=False)
+    seconds = warm_s + sample_s
+    record = {
+        "target": target_name, "sampler": sampler, "protocol": protocol, "dim": target.dim,
+        "bulk_min": float(bulk.min()), "bulk_median": float(np.median(bulk)),
+        "paper_min": float(paper.min()), "paper_median": float(np.median(paper)),
+        "grad_evals": grads, "bulk_min_per_grad": float(bulk.min() / grads),
+        "bulk_min_per_second": float(bulk.min() / seconds),
+        "paper_min_per_second": float(paper.min() / seconds),
+        "seconds": {"compile": compile_s, "warmup": warm_s, "sampling": sample_s},
+        "device": str(jax.devices()[0]), "jax": jax.__version__,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    print(f"  computed {target_name:14s} {sampler:20s} bulk min {bulk.min():9.1f} "
+          f"min ESS/s {bulk.min() / seconds:9.2f}  ({seconds:.1f} s)", flush=True)
+
+
+def _protocol(record) -> str:
+    p = record["protocol"]
+    warm = p["nuts_warmup"] if record["sampler"].startswith("nuts") else p["fisher_warmup"]
+    return f"{p['chains']} x ({warm} + {p['samples']})"
+
+
+def render(root=RESULTS) -> str:
+    lines = ["| target | sampler | min ESS bulk | median ESS bulk | min ESS paper | "
+             "median ESS paper | grad evals | min ESS/grad (bulk) | min ESS/s (bulk) | "
+             "min ESS/s (paper) | warm-up + sampling s | compile s | protocol |",
+             "|" + "---|" * 13]
+    verdicts = []
+    for target in TARGETS:
+        rows = {s: json.loads(p.read_text()) for s in SAMPLERS
+                if (p := root / target / f"{s}.json").exists()}
+        for s, r in rows.items():
+            sec = r["seconds"]
+            lines.append(
+                f"| {target} | {s} | {r['bulk_min']:.0f} | {r['bulk_median']:.0f} | "
+                f"{r['paper_min']:.0f} | {r['paper_median']:.0f} | {r['grad_evals']:.2e} | "
+                f"{r['bulk_min_per_grad']:.2e} | {r['bulk_min_per_second']:.1f} | "
+                f"{r['paper_min_per_second']:.1f} | {sec['warmup'] + sec['sampling']:.1f} | "
+                f"{sec['compile']:.1f} | {_protocol(r)} |")
+        fisher = [rows[s]["bulk_min_per_second"] for s in ("fisher_mala", "fisher_mala_pooled")
+                  if s in rows]
+        others = {s: rows[s]["bulk_min_per_second"] for s in SAMPLERS[2:] if s in rows}
+        if fisher and others:
+            best_other = max(others, key=others.get)
+            ratio = max(fisher) / others[best_other]
+            verdicts.append(f"| {target} | {max(fisher):.1f} | {best_other} "
+                            f"{others[best_other]:.1f} | {ratio:.2f} |")
+    summary = ["", "| target | best FisherMALA min ESS/s | best BlackJAX sampler, min ESS/s | "
+               "ratio |", "|---|---|---|---|", *verdicts]
+    return "\n".join(lines + summary)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="all")
+    parser.add_argument("--samplers", default="all")
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=5000)
+    parser.add_argument("--fisher-warmup", type=int, default=5000)
+    parser.add_argument("--nuts-warmup", type=int, default=1000)
+    parser.add_argument("--render", action="store_true")
+    args = parser.parse_args(argv)
+    if args.render:
+        print(render())
+        return
+    targets = TARGETS if args.targets == "all" else args.targets.split(",")
+    samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
+    for target in targets:
+        for sampler in samplers:
+            run_cell(target, sampler, args)
+    print(render())
+
+
+if __name__ == "__main__":
+    main()
