@@ -336,8 +336,9 @@ class FisherMALAWarmup(MALAWarmup):
         (``None``: no trace).
     record_precond
         Include the trace-normalized ``A`` (``d x d``) in each snapshot.
-    initial_step_size, find_step_size, target_acceptance_rate, step_size_learning_rate
-        As in :class:`MALAWarmup`.
+    **mala_options
+        ``initial_step_size``, ``find_step_size``, ``target_acceptance_rate``,
+        ``step_size_learning_rate``: as in :class:`MALAWarmup`.
     """
 
     def __init__(
@@ -349,25 +350,16 @@ class FisherMALAWarmup(MALAWarmup):
         learning_rate=None,
         trace_every: int | None = None,
         record_precond: bool = False,
-        initial_step_size=1.0,
-        find_step_size: bool = True,
-        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
+        **mala_options,
     ):
-        super().__init__(
-            logdensity_fn,
-            initial_step_size,
-            find_step_size,
-            target_acceptance_rate,
-            step_size_learning_rate,
-        )
+        super().__init__(logdensity_fn, **mala_options)
         # Validates damping, signal and learning_rate eagerly.
         fisher.as_top_level_api(
             logdensity_fn,
             1.0,
             damping,
-            target_acceptance_rate,
-            step_size_learning_rate,
+            self.target,
+            self.rho,
             signal,
             learning_rate,
         )

@@ -38,7 +38,7 @@ from fisher_mala.adaptation import (
     snapshot,
 )
 from fisher_mala.progress import ProgressBar, scan_with_progress
-from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+from fisher_mala.step_size import MALA_TARGET_ACCEPTANCE, adapt_step_size
 
 __all__ = [
     "AdaMALAWarmup",
@@ -78,18 +78,9 @@ class AdaMALAWarmup(MALAWarmup):
         damping=fisher.DAMPING,
         trace_every: int | None = None,
         record_precond: bool = False,
-        initial_step_size=1.0,
-        find_step_size: bool = True,
-        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
+        **mala_options,
     ):
-        super().__init__(
-            logdensity_fn,
-            initial_step_size,
-            find_step_size,
-            target_acceptance_rate,
-            step_size_learning_rate,
-        )
+        super().__init__(logdensity_fn, **mala_options)
         validation.check_positive("damping", damping, "The paper uses lambda = 10.")
         for name, value in (
             ("num_mala_steps", num_mala_steps),
@@ -104,7 +95,7 @@ class AdaMALAWarmup(MALAWarmup):
         self.damping = damping
         self.trace_every = trace_every
         self.record_precond = record_precond
-        self.kernel = adamala.build_kernel(target_acceptance_rate, step_size_learning_rate)
+        self.kernel = adamala.build_kernel(self.target, self.rho)
 
     def _snapshot(self, state, iteration):
         cov = state.covariance
@@ -193,19 +184,10 @@ class MMALAWarmup(MALAWarmup):
         self,
         logdensity_fn: Callable,
         metric_fn: Callable | None = None,
-        initial_step_size=1.0,
-        find_step_size: bool = True,
         num_search_proposals: int = 4,
-        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
+        **mala_options,
     ):
-        super().__init__(
-            logdensity_fn,
-            initial_step_size,
-            find_step_size,
-            target_acceptance_rate,
-            step_size_learning_rate,
-        )
+        super().__init__(logdensity_fn, **mala_options)
         if metric_fn is not None and not callable(metric_fn):
             raise TypeError("`metric_fn` must be callable: position -> (d, d) metric.")
         self.metric_fn = metric_fn
@@ -270,18 +252,10 @@ class HMCWarmup(MALAWarmup):
         logdensity_fn: Callable,
         num_integration_steps: int = hmc.NUM_INTEGRATION_STEPS,
         divergence_threshold: float = hmc.DIVERGENCE_THRESHOLD,
-        initial_step_size=1.0,
-        find_step_size: bool = True,
-        target_acceptance_rate=HMC_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
+        **mala_options,
     ):
-        super().__init__(
-            logdensity_fn,
-            initial_step_size,
-            find_step_size,
-            target_acceptance_rate,
-            step_size_learning_rate,
-        )
+        mala_options.setdefault("target_acceptance_rate", HMC_TARGET_ACCEPTANCE)
+        super().__init__(logdensity_fn, **mala_options)
         if int(num_integration_steps) < 1:
             raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
         validation.check_positive("divergence_threshold", divergence_threshold)
@@ -347,18 +321,9 @@ class PooledFisherMALAWarmup(MALAWarmup):
         damping=fisher.DAMPING,
         trace_every: int | None = None,
         record_precond: bool = False,
-        initial_step_size=1.0,
-        find_step_size: bool = True,
-        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
+        **mala_options,
     ):
-        super().__init__(
-            logdensity_fn,
-            initial_step_size,
-            find_step_size,
-            target_acceptance_rate,
-            step_size_learning_rate,
-        )
+        super().__init__(logdensity_fn, **mala_options)
         validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
         self.num_mala_steps = int(num_mala_steps)
         self.damping = damping
