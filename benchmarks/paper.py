@@ -69,13 +69,15 @@ FROBENIUS = (
 
 
 def _environment(dtype) -> dict:
-    versions = {p: metadata.version(p) for p in ("jax", "jaxlib", "fisher_mala", "numpy")}
+    versions = {p: metadata.version(p) for p in ("jax", "jaxlib", "numpy")}
+    versions["fisher_mala"] = fm.__version__  # also when run from a source tree
     return {
         "device": str(jax.devices()[0]),
         "device_kind": jax.devices()[0].device_kind,
         "platform": platform.platform(),
         "cpu_count": __import__("os").cpu_count(),
         "dtype": np.dtype(dtype).name,
+        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
         "versions": versions,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -187,6 +187,16 @@ def render(results) -> str:
     return "\n".join(lines)
 
 
+def _write(path: Path, argv, rows) -> None:
+    meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+            "jax": jax.__version__,
+            "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+            "command": "python -m benchmarks.step_cost "
+            + " ".join(sys.argv[1:] if argv is None else argv)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default="100,785,2000,4000")
@@ -194,6 +204,8 @@ def main(argv=None):
     parser.add_argument("--chains", default="1,16,pooled16")
     parser.add_argument("--targets", default="gaussian,logistic")
     parser.add_argument("--quick", action="store_true", help="fewer steps")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps per timed scan (default: sized for ~10 GB/s CPU memory)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--render", action="store_true", help="print the table from --out")
     parser.add_argument("--orientation", action="store_true",
@@ -219,16 +231,14 @@ def main(argv=None):
                         steps = int(np.clip(5e8 / (4 * size), 20, 500))
                         if args.quick:
                             steps = max(10, steps // 5)
+                        if args.steps is not None:
+                            steps = args.steps
                         us = measure(dim, dtype, chains, target, steps)
                         row = {"target": target, "dim": dim, "dtype": dtype_name,
                                "chains": chains, "steps": steps, "us": us}
                         rows.append(row)
                         print(json.dumps(row), flush=True)
-    meta = {"device": str(jax.devices()[0]), "jax": jax.__version__,
-            "command": "python -m benchmarks.step_cost "
-            + " ".join(sys.argv[1:] if argv is None else argv)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+                        _write(args.out, argv, rows)  # after every cell: a killed run keeps them
     print(render(rows))
 
 

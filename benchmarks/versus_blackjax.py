@@ -136,7 +136,9 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         "bulk_min_per_second": float(bulk.min() / seconds),
         "paper_min_per_second": float(paper.min() / seconds),
         "seconds": {"compile": compile_s, "warmup": warm_s, "sampling": sample_s},
-        "device": str(jax.devices()[0]), "jax": jax.__version__,
+        "device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
@@ -189,15 +191,17 @@ def main(argv=None):
     parser.add_argument("--fisher-warmup", type=int, default=5000)
     parser.add_argument("--nuts-warmup", type=int, default=1000)
     parser.add_argument("--render", action="store_true")
+    parser.add_argument("--root", type=Path, default=RESULTS,
+                        help="cache folder (e.g. results/race_gpu for an accelerator's run)")
     args = parser.parse_args(argv)
     if args.render:
-        print(render())
+        print(render(args.root))
         return
     targets = TARGETS if args.targets == "all" else args.targets.split(",")
     samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
     for target in targets:
         for sampler in samplers:
-            run_cell(target, sampler, args)
+            run_cell(target, sampler, args, root=args.root)
     print(render())
 
 
