@@ -25,7 +25,8 @@ def main(argv=None):
     print(f"JAX {jax.__version__}, backend {backend!r}: "
           + ", ".join(f"{d.device_kind} ({d})" for d in devices))
     if backend == "cpu":
-        print("No accelerator visible: running on the CPU (install jax[cuda12] for a GPU).")
+        print("No accelerator visible: running on the CPU (for a GPU, install a CUDA build "
+              "of jax, e.g. jax[cuda13]).")
     num = 200 if args.quick else 20_000
     target = fm.targets.get(args.dataset)
     positions = target.initial_positions(jax.random.key(0), args.chains)
