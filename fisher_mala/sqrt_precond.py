@@ -235,6 +235,27 @@ def centered_coefficients(n, dtype):
     return (1.0 / jnp.sqrt(lam_prev)).astype(dtype), (n * lam_prev).astype(dtype)
 
 
+def _rank_one_rows(chol_upper: Array, vector: Array) -> Array:
+    """One chain's LINPACK ``dchud``: a scan over the rows of ``U``, emitting the new rows.
+
+    Written as a ``scan`` that reads row ``k`` and emits the updated row (no indexed
+    writes into ``U``), so that XLA keeps every step O(d) without copying ``U``.
+    """
+    index = jnp.arange(chol_upper.shape[0])
+
+    def body(v, row_and_k):
+        row, k = row_and_k
+        diag, vk = row[k], v[k]
+        radius = jnp.sqrt(diag * diag + vk * vk)
+        cos, sin = radius / diag, vk / diag
+        right = index > k
+        new_row = jnp.where(right, (row + sin * v) / cos, jnp.where(index == k, radius, row))
+        return jnp.where(right, cos * v - sin * new_row, v), new_row
+
+    return jax.lax.scan(body, vector, (chol_upper, index))[1]
+
+
+@jax.custom_batching.custom_vmap
 def cholesky_rank_one_update(chol_upper: Array, vector: Array) -> Array:
     """Upper Cholesky factor ``U'`` with ``U'^T U' = U^T U + v v^T``, in O(d^2).
 
@@ -242,23 +263,31 @@ def cholesky_rank_one_update(chol_upper: Array, vector: Array) -> Array:
     ``U`` (rows are contiguous in memory). It is sequential over the ``d`` rows, so it has
     ``O(d^2)`` work but ``d`` dependent steps. Used by AdaMALA for the Haario covariance,
     where ``Sigma`` gains a positive rank-one term every iteration.
+
+    Under ``vmap`` (one factor per chain) the chains are updated one after the other on a
+    CPU, where a batched scan of ``d`` tiny steps costs several times the sum of the
+    single ones (measured 18 ms against 4.8 ms for 3 chains at d = 785), and as one
+    batched scan elsewhere (a GPU pays a kernel launch per step, not per chain). Not
+    differentiable (nothing differentiates through a covariance estimate).
     """
-    dim = chol_upper.shape[0]
-    index = jnp.arange(dim)
+    return _rank_one_rows(chol_upper, vector)
 
-    def body(k, carry):
-        upper, v = carry
-        row = upper[k]
-        diag, vk = row[k], v[k]
-        radius = jnp.sqrt(diag * diag + vk * vk)
-        cos, sin = radius / diag, vk / diag
-        right = index > k
-        new_row = jnp.where(right, (row + sin * v) / cos, row).at[k].set(radius)
-        v = jnp.where(right, cos * v - sin * new_row, v)
-        return upper.at[k].set(new_row), v
 
-    upper, _ = jax.lax.fori_loop(0, dim, body, (chol_upper, vector))
-    return upper
+@cholesky_rank_one_update.def_vmap
+def _cholesky_rank_one_update_vmap(axis_size, in_batched, chol_upper, vector):
+    def batched(x, is_batched):
+        return x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+
+    chol_upper, vector = batched(chol_upper, in_batched[0]), batched(vector, in_batched[1])
+
+    def one_by_one(u, v):
+        return jax.lax.map(lambda uv: cholesky_rank_one_update(*uv), (u, v))
+
+    def all_at_once(u, v):
+        return jax.vmap(_rank_one_rows)(u, v)
+
+    out = jax.lax.platform_dependent(chol_upper, vector, cpu=one_by_one, default=all_at_once)
+    return out, True
 
 
 class BlockUpdate(NamedTuple):

@@ -1,10 +1,13 @@
 """Proposition 4 and Appendix B square-root recursions against dense inverses (float64)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from fisher_mala.sqrt_precond import (
+    _rank_one_rows,
+    cholesky_rank_one_update,
     fisher_coefficients,
     initial_sqrt_precond,
     rank_one_update,
@@ -111,3 +114,28 @@ def test_zero_signal_leaves_r_unchanged(x64):
     update = rank_one_update(r, jnp.sum(r * r), jnp.zeros(4))
     np.testing.assert_array_equal(np.asarray(update.sqrt_precond), np.asarray(r))
     assert float(update.trace_precond) == pytest.approx(float(jnp.sum(r * r)), rel=1e-15)
+
+
+@pytest.mark.parametrize("d", [1, 7, 60])
+def test_cholesky_rank_one_update_matches_dense_factor(x64, d):
+    """``U'^T U' = U^T U + v v^T`` for one factor, vmapped factors, and both batched paths."""
+    rng = np.random.default_rng(d)
+    uppers, vectors, expected = [], [], []
+    for _ in range(3):
+        a = rng.normal(size=(d, d))
+        cov = a @ a.T / d + np.eye(d)
+        v = rng.normal(size=d)
+        uppers.append(np.linalg.cholesky(cov).T)
+        vectors.append(v)
+        expected.append(np.linalg.cholesky(cov + np.outer(v, v)).T)
+    uppers, vectors, expected = map(np.stack, (uppers, vectors, expected))
+    one = jax.jit(cholesky_rank_one_update)(uppers[0], vectors[0])
+    assert _rel(one, expected[0]) < 1e-12
+    batched = jax.jit(jax.vmap(cholesky_rank_one_update))(uppers, vectors)  # CPU: one by one
+    assert _rel(batched, expected) < 1e-12
+    all_at_once = jax.jit(jax.vmap(_rank_one_rows))(uppers, vectors)  # the GPU/TPU path
+    assert _rel(all_at_once, expected) < 1e-12
+    shared = jax.vmap(cholesky_rank_one_update, in_axes=(None, 0))(uppers[0], vectors)
+    for c in range(3):
+        dense = np.linalg.cholesky(uppers[0].T @ uppers[0] + np.outer(vectors[c], vectors[c])).T
+        assert _rel(shared[c], dense) < 1e-12
