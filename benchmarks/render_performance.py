@@ -9,6 +9,7 @@ every number in the page comes from one of them.
 """
 
 import json
+import re
 from pathlib import Path
 
 from benchmarks import step_cost, versus_blackjax
@@ -69,23 +70,48 @@ def _pooled_section(data) -> str:
 
 
 def _cost_ratio_section(rows) -> str:
+    """Per chain-iteration cost, 16 chains each with R against 16 sharing one R.
+
+    The last columns put the same ratio at the loop rooflines (3 products and the update,
+    timed inside a ``lax.scan``), and the rates those rooflines run at: memory traffic of
+    16 separate R, arithmetic of the 16-column products of a shared R. Their ratio bounds
+    what pooling can save on this hardware.
+    """
     lines = ["| target | d | dtype | µs per chain-iteration, 16 chains each with R | "
-             "µs per chain-iteration, 16 chains sharing R | ratio |", "|---|---|---|---|---|---|"]
+             "µs per chain-iteration, 16 chains sharing R | ratio | ratio of the loop "
+             "rooflines | 16 R: GB/s of `R v` in loop | shared R: GFLOP/s of `R V` in loop |",
+             "|" + "---|" * 9]
     for target in ("gaussian", "logistic"):
         for dtype in ("float32", "float64"):
             for dim in (785, 2000, 4000):
                 sel = {r["chains"]: r for r in rows if r["target"] == target
                        and r["dtype"] == dtype and r["dim"] == dim}
-                if "16" in sel and "pooled16" in sel:
-                    a = sel["16"]["us"]["fisher_adaptive"] / 16
-                    b = sel["pooled16"]["us"]["fisher_adaptive"] / 16
-                    lines.append(f"| {target} | {dim} | {dtype} | {a:.0f} | {b:.0f} | "
-                                 f"{a / b:.1f} |")
+                if "16" not in sel or "pooled16" not in sel:
+                    continue
+                each, shared = sel["16"]["us"], sel["pooled16"]["us"]
+                a = each["fisher_adaptive"] / 16
+                b = shared["fisher_adaptive"] / 16
+                bound = "-"
+                rates = "- | -"
+                if "matvec_loop" in each and "matvec_loop" in shared:
+                    bound = (3 * each["matvec_loop"] + each["rank_one_loop"]) / (
+                        3 * shared["matvec_loop"] + shared["rank_one_loop"])
+                    bound = f"{bound:.1f}"
+                    size = 8 if dtype == "float64" else 4
+                    gbs = 16 * dim * dim * size / each["matvec_loop"] / 1e3
+                    gflops = 2 * 16 * dim * dim / shared["matvec_loop"] / 1e3
+                    rates = f"{gbs:.1f} | {gflops:.1f}"
+                lines.append(f"| {target} | {dim} | {dtype} | {a:.0f} | {b:.0f} | "
+                             f"{a / b:.1f} | {bound} | {rates} |")
     return "\n".join(lines)
 
 
 def _goals(rows) -> str:
-    """Which step-cost goals hold, counted from the table (d >= 785, Gaussian target)."""
+    """Which step-cost goals hold, counted from the table (d >= 785, Gaussian target).
+
+    Counted against both rooflines: the issue's (a separate jitted call) and the same
+    products inside a ``lax.scan``, where every sampler step runs.
+    """
     big = [r for r in rows if r["dim"] >= 785]
     lines = []
     for chains, label in (("1", "one chain"), ("16", "16 chains, one R each"),
@@ -93,24 +119,94 @@ def _goals(rows) -> str:
         sel = [r for r in big if r["target"] == "gaussian" and r["chains"] == chains]
         if not sel:
             continue
-        frozen = sum(r["us"]["frozen_over_2_matvec"] <= 1.2 for r in sel)
-        adaptive = sum(r["us"]["adaptive_over_roofline"] <= 1.2 for r in sel)
-        worst_f = max(r["us"]["frozen_over_2_matvec"] for r in sel)
-        worst_a = max(r["us"]["adaptive_over_roofline"] for r in sel)
-        lines.append(f"- {label}: frozen within 1.2 x roofline in {frozen}/{len(sel)} cells "
-                     f"(worst {worst_f:.2f}), adaptive in {adaptive}/{len(sel)} "
-                     f"(worst {worst_a:.2f}).")
+        counts = []
+        for suffix, roofline in (("", "separate-call roofline"), ("_loop", "loop roofline")):
+            f_key, a_key = f"frozen_over_2_matvec{suffix}", f"adaptive_over_roofline{suffix}"
+            if not all(f_key in r["us"] for r in sel):
+                continue
+            frozen = sum(r["us"][f_key] <= 1.2 for r in sel)
+            adaptive = sum(r["us"][a_key] <= 1.2 for r in sel)
+            worst_f = max(r["us"][f_key] for r in sel)
+            worst_a = max(r["us"][a_key] for r in sel)
+            counts.append(f"{roofline}: frozen within 1.2 x in {frozen}/{len(sel)} cells "
+                          f"(worst {worst_f:.2f}), adaptive in {adaptive}/{len(sel)} "
+                          f"(worst {worst_a:.2f})")
+        lines.append(f"- {label}: " + "; ".join(counts) + ".")
     logi = [r for r in big if r["target"] == "logistic" and r["chains"] == "1"]
     if logi:
         ok = sum(r["us"]["adaptive_over_mala"] <= 1.2 for r in logi)
-        cells = ", ".join(f"d={r['dim']} {r['dtype']}: {r['us']['adaptive_over_mala']:.2f}"
+        cells = ", ".join(f"d={r['dim']} {r['dtype']}: {r['us']['adaptive_over_mala']:.2f} "
+                          f"(traffic bound {_logistic_traffic_bound(r['dim']):.2f})"
                           for r in logi)
         lines.append(f"- logistic regression, one chain, adaptive / MALA <= 1.2 in "
                      f"{ok}/{len(logi)} cells ({cells}).")
     return "\n".join(lines)
 
 
-def _analysis(orient) -> str:
+def _logistic_traffic_bound(dim: int, rows: int = step_cost.LOGISTIC_ROWS) -> float:
+    """Least adaptive / MALA cost on the logistic regression if both stream memory.
+
+    MALA's gradient reads the ``rows x d`` data twice (``X theta``, ``X^T r``); the adaptive
+    step adds three reads of ``R`` and its read-modify-write, five ``d x d`` passes:
+    ``(2 rows d + 5 d^2) / (2 rows d) = 1 + 5 d / (2 rows)``.
+    """
+    return 1 + 5 * dim / (2 * rows)
+
+
+def _threads_facts() -> str:
+    """The loop-threading experiment (``step_cost --threads``, with and without taskset)."""
+    both = [RESULTS / "loop_threads.json", RESULTS / "loop_threads_1core.json"]
+    if not all(p.exists() for p in both):
+        return ""
+    two, one = (json.loads(p.read_text())["row"] for p in both)
+    return (
+        f" Measured with `python -m benchmarks.step_cost --threads "
+        f"benchmarks/results/loop_threads.json` at d = {two['dim']}, float32, one R "
+        f"({two['cores']} cores): `R @ v` takes {two['R@v loop']:.0f} µs inside a "
+        f"`lax.scan` and {two['R@v unrolled']:.0f} µs in a fully unrolled scan (no loop), "
+        f"{two['R@v loop'] / two['R@v unrolled']:.2f} x; `v @ R` takes "
+        f"{two['v@R loop']:.0f} and {two['v@R unrolled']:.0f} µs (not multi-threaded "
+        f"either way). Pinned to one core (`taskset -c 0`, same command writing "
+        f"`loop_threads_1core.json`) the loop and the unrolled `R @ v` agree "
+        f"({one['R@v loop']:.0f} and {one['R@v unrolled']:.0f} µs), so the gap is the "
+        f"second thread. A whole FisherMALA step shows it too: in chunks of "
+        f"{two['length']} unrolled steps the adaptive step takes "
+        f"{two['fisher adaptive unrolled']:.0f} µs against {two['fisher adaptive loop']:.0f} "
+        f"µs in the loop ({two['fisher adaptive loop'] / two['fisher adaptive unrolled']:.2f}"
+        f" x), the frozen step {two['fisher frozen unrolled']:.0f} against "
+        f"{two['fisher frozen loop']:.0f} µs; on one core "
+        f"{one['fisher adaptive unrolled']:.0f} against {one['fisher adaptive loop']:.0f} "
+        f"µs. The library keeps the loop: unrolling multiplies compile time by the chunk "
+        f"length and the gain exists only where XLA:CPU has idle cores."
+    )
+
+
+def _pooled_overhead(rows) -> str:
+    """Pooled frozen step less the 16 chains' own MALA work, against its loop roofline."""
+    cells = []
+    for r in rows:
+        if r["target"] != "gaussian" or r["chains"] != "pooled16" or r["dim"] < 785:
+            continue
+        each = next((q for q in rows if q["target"] == "gaussian" and q["chains"] == "16"
+                     and q["dim"] == r["dim"] and q["dtype"] == r["dtype"]), None)
+        if each is None or "matvec_loop" not in r["us"]:
+            continue
+        rest = r["us"]["fisher_frozen"] - each["us"]["mala"]
+        cells.append(f"d = {r['dim']} {r['dtype']}: {r['us']['frozen_over_2_matvec_loop']:.2f}"
+                     f" -> {rest / (2 * r['us']['matvec_loop']):.2f}")
+    if not cells:
+        return ""
+    return (
+        "\n- **Pooled chains against the loop roofline.** The roofline counts only the "
+        "products with `R`; the 16 chains also draw their noise, evaluate their gradients "
+        "and run their accept steps, the work of a 16-chain MALA step, which at d = 785 is a "
+        "good part of a pooled step. Subtracting the measured 16-chain MALA step from the "
+        "pooled frozen step, its ratio to the loop roofline becomes: " + "; ".join(cells)
+        + "."
+    )
+
+
+def _analysis(orient, rows=()) -> str:
     o = {r["dim"]: r for r in orient["rows"]} if orient else {}
     facts = ""
     if 2000 in o:
@@ -122,20 +218,62 @@ def _analysis(orient) -> str:
     return f"""
 ### Where the goals are missed, and why
 
+- **The separate-call roofline uses both cores; a sampler step cannot.** XLA:CPU runs a
+  large `R @ v` on its intra-op thread pool when the product is a top-level operation,
+  but runs it on one thread inside a while loop, and every step of every sampler here
+  runs inside a `lax.scan`.{_threads_facts()} Against the same products timed inside a
+  `lax.scan` (the "loop roofline" columns) the steps are close to their bound.
 - **16 vmapped chains, each with its own R.** XLA:CPU runs the per-chain product
   `g_y^T R` through a batched-dot path that is slower than the batched `R v` of the
   roofline{facts}. The library already uses the fast orientation for one R (`v @ R`,
   never `R.T @ v`); the frozen step, whose two passes include one such product, pays it
-  most. Pooled chains avoid it (their products are matrix-matrix) and are the
-  recommended way to run many chains.
+  most. Pooled chains avoid it (their products are matrix-matrix).{_pooled_overhead(rows)}
 - **Logistic regression, Fisher overhead over MALA.** The gradient costs two passes over
-  the `10^4 x d` data matrix; FisherMALA adds three or four passes over the `d x d` matrix
-  `R`: the overhead is about `2 d / 10^4`, small only while `d` is well below the number
-  of rows (d = 785); at d = 2000 and 4000 the preconditioner is as large as the data.
+  the `10^4 x d` data matrix; the adaptive step adds five passes over the `d x d` matrix
+  `R` (three reads, one read-modify-write), so when both stream memory the ratio is at
+  least `1 + 5 d / (2 x 10^4)`, the "traffic bound" in the goals above: 1.2 at d = 800,
+  1.5 at d = 2000, 2 at d = 4000. The goal of 1.2 can only hold up to d of about 800,
+  and the measured ratios are close to it or below it (the bound assumes every pass
+  streams at the same rate). At d = 785 in float32 the data matrix
+  (31 MB) about fills this CPU's 32 MB L3 cache (`lscpu`), so MALA alone runs partly from cache and
+  the 2.4 MB of `R` pushes the data out: the ratio there is above the float64 one (whose
+  63 MB of data never fit).
 - **Small d (100).** A separate jitted `R @ v` call costs more in dispatch than a whole
   step, so those ratios are far below 1 and say nothing.
-- These machines are shared and the runs are short (`--quick`): expect 10-30% noise in
-  any single cell.
+- These machines are shared: expect 10-30% noise in any single cell.
+"""
+
+
+def _pooled_bound_text(rows) -> str:
+    """Why pooling saves less than 8x per chain-iteration here, with the bounds computed."""
+    pairs = []
+    for r in rows:
+        if r["chains"] != "pooled16" or r["dim"] < 2000 or "matvec_loop" not in r["us"]:
+            continue
+        each = next((q for q in rows if q["chains"] == "16" and q["dim"] == r["dim"]
+                     and q["dtype"] == r["dtype"] and q["target"] == r["target"]), None)
+        if each is None:
+            continue
+        e, p = each["us"], r["us"]
+        bound = (3 * e["matvec_loop"] + e["rank_one_loop"]) / (
+            3 * p["matvec_loop"] + p["rank_one_loop"])
+        pairs.append((bound, e["fisher_adaptive"] / p["fisher_adaptive"]))
+    span = ""
+    if pairs:
+        bounds, measured = [b for b, _ in pairs], [m for _, m in pairs]
+        span = (f": at d >= 2000 the bound is {min(bounds):.1f}-{max(bounds):.1f} and the "
+                f"measured ratio {min(measured):.1f}-{max(measured):.1f}")
+    return f"""
+Why not 8x on these CPUs: sixteen separate R cost sixteen matrix-vector passes, bounded by
+memory bandwidth; one shared R costs the same products as 16-column matrix products,
+bounded by arithmetic (`2 x 16 d^2` flops each). Pooling saves the memory traffic, not
+the flops, so its saving is at most the ratio of the two rates, the "ratio of the loop
+rooflines" column. On 2 cores the arithmetic of a 16-column product is only a few times
+faster than streaming 16 matrices{span}. At d = 785 the bound is higher (the shared R fits
+in cache), but there the chains' own work outside `R` (noise, gradients, accept steps:
+the 16-chain MALA step) is a large part of a pooled step, and on the logistic regression
+the gradients dominate both. On a machine whose flop rate is high relative to its
+bandwidth (many cores, a GPU) the bound is higher: see section 6.
 """
 
 
@@ -267,6 +405,108 @@ def _gpu_step_cost_section(data) -> str:
     return "\n".join(lines)
 
 
+def _gpu_findings(data) -> str:
+    """What the GPU step-cost table shows, every figure computed from it."""
+    us = {(r["target"], r["dim"], r["chains"]): r["us"] for r in data["rows"]}
+
+    def bound(dim, chains, passes):
+        copies = 16 if chains == "16" else 1
+        return passes * copies * dim * dim * 4 / H200_PEAK_BANDWIDTH * 1e6
+
+    def ratios(target, dim, chains):
+        m = us[(target, dim, chains)]
+        return (m["fisher_frozen"] / bound(dim, chains, 2),
+                m["fisher_adaptive"] / bound(dim, chains, 5))
+
+    dims = sorted({d for (t, d, c) in us if t == "gaussian"})
+    big, mid = dims[-1], dims[-2] if len(dims) > 1 else dims[-1]
+    f_big, a_big = ratios("gaussian", big, "16")
+    mid_worst = max(ratios("gaussian", mid, "16"))
+    mala_one = [us[("gaussian", d, "1")]["mala"] for d in dims]
+    logistic_one = [m["adaptive_over_mala"] for (t, d, c), m in us.items()
+                    if t == "logistic" and c == "1"]
+    logistic_16 = [m["adaptive_over_mala"] for (t, d, c), m in us.items()
+                   if t == "logistic" and c == "16"]
+    pooled = {d: us[("gaussian", d, "pooled16")] for d in dims}
+    per_chain = {d: us[("gaussian", d, "16")]["fisher_adaptive"] / pooled[d]["fisher_adaptive"]
+                 for d in dims}
+    cheaper = ", ".join(f"{v:.1f} x at d = {d}" for d, v in per_chain.items())
+    lines = [
+        f"- 16 chains, one R each, d = {big} ({16 * big * big * 4 / 1e9:.1f} GB of "
+        f"preconditioners): the frozen step is within {f_big:.2f} x and the adaptive within "
+        f"{a_big:.2f} x of the bandwidth bound, i.e. at about "
+        f"{100 / max(f_big, a_big):.0f}% of the datasheet bandwidth. At d = {mid} "
+        f"({16 * mid * mid * 4 / 1e6:.0f} MB) both are within {mid_worst:.2f} x.",
+        f"- One chain: a step costs at least the {min(mala_one):.0f}-{max(mala_one):.0f} µs "
+        f"of a MALA step (one scan iteration's kernel launches), so at small d the time is "
+        f"launch-bound, not bandwidth-bound; at d = {big} the adaptive step is "
+        f"{ratios('gaussian', big, '1')[1]:.1f} x the bound. Run many chains on a GPU.",
+    ]
+    if logistic_one:
+        lines.append(
+            f"- Logistic regression (10^4 rows), one chain: adaptive / MALA is "
+            f"{min(logistic_one):.2f}-{max(logistic_one):.2f}: the gradient is two small "
+            f"matrix products that also run at launch speed, so the extra kernels of the "
+            f"preconditioner show"
+            + (f"; with 16 chains it is {max(logistic_16):.1f}." if logistic_16 else "."))
+    frozen = [m["fisher_frozen"] for m in pooled.values()]
+    adaptive = [m["fisher_adaptive"] for m in pooled.values()]
+    lines.append(
+        f"- Pooled chains (`pooled16`): the frozen step of 16 chains sharing R costs "
+        f"{min(frozen):.0f}-{max(frozen):.0f} µs, about what one chain's does, but the "
+        f"adaptive step costs {min(adaptive):.0f}-{max(adaptive):.0f} µs almost "
+        f"independently of d, a fixed per-step overhead of the rank-16 update (which part "
+        f"was not profiled in the GPU time available). Per chain-iteration, 16 separate R "
+        f"against one shared R: {cheaper} (above 1: sharing is cheaper). On a GPU, pool "
+        f"chains for the faster burn-in (section 2) and at large d.")
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_race_findings(race: Path) -> str:
+    """Why NUTS on MNIST is absent from the GPU race, with the times from the session log.
+
+    The session log marks each phase with its offset in seconds; the race phase is from
+    ``race on MNIST`` to the next mark. FisherMALA's cells took their recorded compile,
+    warm-up and sampling seconds; the process start-up is taken as that of the session's
+    first process (its offset at the first phase mark minus the total it printed).
+    """
+    log = RESULTS / "gpu_logs" / "session_call1_stdout.log"
+    cells = [json.loads(p.read_text()) for p in sorted((race / "mnist56").glob("fisher*.json"))]
+    if not log.exists() or not cells:
+        return ""
+    text = log.read_text()
+    marks = [(int(m.group(1)), m.group(2)) for m in re.finditer(r"^== \+(\d+) s (.*)$", text,
+                                                                   re.M)]
+    start = next(i for i, (_, name) in enumerate(marks) if name.startswith("race on MNIST"))
+    race_s = marks[start + 1][0] - marks[start][0]
+    first_total = float(re.search(r"\(total ([\d.]+) s\)", text).group(1))
+    startup = marks[0][0] - first_total
+    fisher_s = sum(sum(c["seconds"].values()) for c in cells)
+    nuts_s = race_s - fisher_s - startup
+    best = max(c["bulk_min_per_second"] for c in cells)
+    draws = cells[0]["protocol"]["chains"] * cells[0]["protocol"]["samples"]
+    needed = best * nuts_s / draws
+    reached = sorted({
+        c["target"] for p in (RESULTS / "race").glob("*/nuts_*.json")
+        if (c := json.loads(p.read_text()))["bulk_min"]
+        / (c["protocol"]["chains"] * c["protocol"]["samples"]) > needed
+    })
+    return (
+        f"On MNIST, BlackJAX NUTS with a diagonal mass matrix did not finish its "
+        f"{cells[0]['protocol']['nuts_warmup']} adaptation steps and "
+        f"{cells[0]['protocol']['samples']} draws ({cells[0]['protocol']['chains']} chains). "
+        f"By the session log (`gpu_logs/session_call1_stdout.log`, its time marks) the race "
+        f"process ran {race_s} s; FisherMALA's two cells took {fisher_s:.0f} s (compile, "
+        f"warm-up, sampling) and start-up about {startup:.0f} s, so NUTS ran about "
+        f"{nuts_s:.0f} s and was stopped unfinished. To match FisherMALA's "
+        f"{best:.0f} min ESS/s it would have needed a min bulk ESS above {best:.0f} x "
+        f"{nuts_s:.0f}, about {round(best * nuts_s, -2):,.0f}, from its {draws:,} draws: "
+        f"{needed:.1f} effective draws per draw in MNIST's worst coordinate, which NUTS "
+        f"reached in the CPU race (section 3) only on {', '.join(reached) or 'no target'}, "
+        f"where its draws are antithetic."
+    )
+
+
 def _gpu_section() -> list[str]:
     sc = RESULTS / "step_cost_gpu.json"
     race = RESULTS / "race_gpu"
@@ -286,40 +526,16 @@ def _gpu_section() -> list[str]:
         "`16`, one shared R for `pooled16`). On a GPU a separately jitted `R @ v` call "
         "measures dispatch latency, not the product, so no in-process roofline column is "
         "shown.\n",
-        _gpu_step_cost_section(data), "\n",
-        "- 16 chains, one R each, d = 4000 (1 GB of preconditioners): the frozen step is "
-        "within 1.10 x and the adaptive within 1.13 x of the bandwidth bound, i.e. at "
-        "about 90% of the datasheet bandwidth. At d = 2000 (256 MB) both are within 1.3 x.\n"
-        "- One chain: a step costs at least the ~10-13 µs of a MALA step (one scan "
-        "iteration's kernel launches), so at d <= 2000 the time is launch-bound, not "
-        "bandwidth-bound; at d = 4000 the adaptive step is 1.8 x the bound. Run many "
-        "chains on a GPU.\n"
-        "- Logistic regression (10^4 rows), one chain: adaptive / MALA is 1.75-1.79: the "
-        "gradient is two small matrix products that also run at launch speed, so the "
-        "extra kernels of the preconditioner show; with 16 chains it is 2.1.\n"
-        "- Pooled chains (`pooled16`): the frozen step of 16 chains sharing R costs about "
-        "what one chain's does (31-93 µs), but the adaptive step costs 308-434 µs almost "
-        "independently of d, a fixed per-step overhead of the rank-16 update (which part "
-        "was not profiled in the GPU time available). Per chain-iteration the shared R is "
-        "2.8 x cheaper than 16 separate ones at d = 4000, even at d = 2000, and 3 x dearer "
-        "at d = 785: on a GPU, pool chains for the faster burn-in (section 2), not for the "
-        "cost per step.\n",
+        _gpu_step_cost_section(data), "\n", _gpu_findings(data),
     ]
     if race.exists():
         parts += [
             "### The race on the GPU (partial)\n",
             "`python -m benchmarks.versus_blackjax --targets mnist56 --root "
             "benchmarks/results/race_gpu` and the same for Ripley, run inside the time box "
-            "of the GPU session; cells that did not finish are absent. On MNIST, BlackJAX "
-            "NUTS with a diagonal mass matrix did not finish its 1000 adaptation steps and "
-            "5000 draws (4 chains): by the log (`gpu_logs/session_call1_stdout.log`, "
-            "its timestamps) the race process ran 109 s, of which FisherMALA's two "
-            "cells and start-up took about 45 s, so NUTS ran about 65 s and was stopped. To "
-            "match FisherMALA's 322 min ESS/s it would have needed a min bulk ESS above "
-            "322 x 65, about 21 000, from its 20 000 draws: more than one effective draw "
-            "per draw in MNIST's worst coordinate, which NUTS reached in the CPU race only "
-            "on the two Gaussians, Heart and German. "
-            "The CPU race of section 3 has MNIST with all samplers.\n",
+            "of the GPU session; cells that did not finish are absent. "
+            + _gpu_race_findings(race)
+            + " The CPU race of section 3 has MNIST with all samplers.\n",
             versus_blackjax.render(race), "\n",
         ]
     return parts
@@ -342,20 +558,26 @@ def render(out: Path = DOCS) -> Path:
             f"`{data['meta']['command']}` ({data['meta']['device']}, jax "
             f"{data['meta']['jax']}). Microseconds per iteration for all chains together. "
             "`R@v` is one product of `R` (a jitted argument, batched over the chains' "
-            "matrices for `16`) with a vector; `rank-1` one update `R - t u^T` (donated). "
+            "matrices for `16`, with 16 columns for `pooled16`) with a vector; `rank-1` one "
+            "update of `R` as the adaptive step writes it (`R - t u^T`, rank 16 for "
+            "`pooled16`; donated). Both are timed as separate jitted calls (the issue's "
+            "roofline) and again inside a `lax.scan` (\"in loop\"), where every sampler "
+            "step runs; the two differ on XLA:CPU (see below). "
             "Goals at d >= 785 on the Gaussian: frozen <= 1.2 x (2 R@v), adaptive <= 1.2 x "
             "(3 R@v + rank-1); on the logistic regression (10^4 rows), adaptive / MALA <= 1.2. "
             "Below d = 785 a separate `R@v` call costs more in dispatch than inside a step, "
             "so the ratios there are not meaningful.\n",
             step_cost.render(data["rows"]), "\n", "### Goals\n", _goals(data["rows"]),
-            _analysis(json.loads(orient.read_text()) if orient.exists() else None)]
+            _analysis(json.loads(orient.read_text()) if orient.exists() else None,
+                      data["rows"])]
         plot = _plot_step_cost(data["rows"], out)
         if plot:
             parts.append(f"![cost against d]({plot})\n")
         parts += ["### Sharing one R (pooled chains): cost per chain-iteration\n",
                   "From the same run: the adaptive step of 16 chains each with its own R "
                   "against 16 chains sharing one R (goal: at least 8x cheaper).\n",
-                  _cost_ratio_section(data["rows"]), "\n"]
+                  _cost_ratio_section(data["rows"]), "\n",
+                  _pooled_bound_text(data["rows"])]
     pooled = RESULTS / "pooled.json"
     if pooled.exists():
         parts += ["## 2. One preconditioner for all chains: burn-in saved\n",

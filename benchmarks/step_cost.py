@@ -2,19 +2,24 @@
 
     python -m benchmarks.step_cost                      # all cells, ~10 min on 2 cores
     python -m benchmarks.step_cost --dims 100,785 --quick
+    python -m benchmarks.step_cost --threads benchmarks/results/loop_threads.json
+    taskset -c 0 python -m benchmarks.step_cost --threads benchmarks/results/loop_threads_1core.json
 
 For each dimension d, dtype, number of chains (1, or 16 vmapped with one R per chain, or
 16 pooled sharing one R) and target (a standard Gaussian, the cheapest possible log density,
 and a logistic regression with 10^4 rows), it measures microseconds per iteration of plain
 MALA, FisherMALA frozen and FisherMALA adaptive, each as a jitted ``lax.scan`` of K steps
 timed after compilation, and in the same process the roofline: one ``R @ v`` with ``R`` a
-jitted argument (batched over chains), and one rank-one update ``R - t u^T`` (buffer
-donated). Results go to ``benchmarks/results/step_cost.json``; ``--render`` writes the
+jitted argument (batched over chains; 16 columns for pooled chains), and one update of
+``R`` as the adaptive step writes it (rank one per chain, rank 16 for pooled chains; buffer
+donated), each both as a separate jitted call and inside a ``lax.scan``. Results go to
+``benchmarks/results/step_cost.json``; ``--render`` writes the
 tables of ``docs/performance.md``.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +31,7 @@ import numpy as np
 from fisher_mala import fisher, mala, pooled
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_cost.json"
+LOGISTIC_ROWS = 10_000  # rows of the logistic regression's data matrix (the issue's 10^4)
 
 
 def _timeit(fn, *args, repeats=2):
@@ -38,6 +44,21 @@ def _timeit(fn, *args, repeats=2):
         jax.block_until_ready(out)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _loop_time(body, carry, length):
+    """Microseconds per iteration of ``body`` in a jitted ``lax.scan``, and the final carry.
+
+    The carry is donated, so pass a buffer the caller no longer needs.
+    """
+    run = jax.jit(lambda c: jax.lax.scan(body, c, jnp.arange(length))[0], donate_argnums=0)
+    carry = jax.block_until_ready(run(carry))
+    best = np.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        carry = jax.block_until_ready(run(carry))
+        best = min(best, time.perf_counter() - start)
+    return best / length * 1e6, carry
 
 
 def _targets(dim, dtype, rows):
@@ -67,7 +88,7 @@ def _scan(step, length):
 
 def measure(dim, dtype, chains, target_name, steps):
     """Microseconds per iteration (all chains together) of each kernel and the roofline."""
-    logdensity = _targets(dim, dtype, 10_000)[target_name]
+    logdensity = _targets(dim, dtype, LOGISTIC_ROWS)[target_name]
     key = jax.random.key(0)
     x0 = jnp.zeros(dim, dtype) + 0.01
     out = {}
@@ -116,29 +137,63 @@ def measure(dim, dtype, chains, target_name, steps):
             state = jax.block_until_ready(run(state, key))
             best = min(best, time.perf_counter() - start)
         out[name] = best / steps * 1e6
-    # roofline in the same process: R passed as an argument, not a baked-in constant
-    shared = chains == "pooled16" or num == 1
+    # roofline in the same process: R passed as an argument, not a baked-in constant.
+    # The update is what the adaptive step writes: rank one per R, rank 16 for pooled chains.
     r = jnp.asarray(np.random.default_rng(1).normal(size=(dim, dim)), dtype)
     v = jnp.ones((num, dim), dtype)
-    if shared:
-        matvec = jax.jit(lambda r, v: jnp.einsum("ij,cj->ci", r, v))
-        rank_one = jax.jit(lambda r, t, u: r - t[:, None] * u[None, :], donate_argnums=0)
+    if chains == "pooled16":
         rr = r
+
+        def product(r, v):
+            return jnp.einsum("ij,cj->ci", r, v)
+
+        def rank_update(r, t):
+            return r - jnp.einsum("ci,cj->ij", t, t)
+    elif num == 1:
+        rr = r
+
+        def product(r, v):
+            return jnp.einsum("ij,cj->ci", r, v)
+
+        def rank_update(r, t):
+            return r - t[0][:, None] * t[0][None, :]
     else:
         rr = jnp.stack([r] * num)
-        matvec = jax.jit(lambda r, v: jnp.einsum("cij,cj->ci", r, v))
-        rank_one = jax.jit(lambda r, t, u: r - t[:, :, None] * u[:, None, :], donate_argnums=0)
-    out["matvec"] = _timeit(matvec, rr, v) * 1e6
-    t = jnp.ones((dim,) if shared else (num, dim), dtype) * 1e-3
+
+        def product(r, v):
+            return jnp.einsum("cij,cj->ci", r, v)
+
+        def rank_update(r, t):
+            return r - t[:, :, None] * t[:, None, :]
+
+    t = jnp.full((num, dim), 1e-3, dtype)
+    out["matvec"] = _timeit(jax.jit(product), rr, v) * 1e6
+    rank_update_call = jax.jit(rank_update, donate_argnums=0)
     holder = [rr]
 
     def update():
-        holder[0] = rank_one(holder[0], t, t)
+        holder[0] = rank_update_call(holder[0], t)
         return holder[0]
 
     out["rank_one"] = _timeit(update) * 1e6
     out["frozen_over_2_matvec"] = out["fisher_frozen"] / (2 * out["matvec"])
     out["adaptive_over_roofline"] = out["fisher_adaptive"] / (3 * out["matvec"] + out["rank_one"])
+    # the same two operations inside a jitted lax.scan, where every sampler step runs
+    # (XLA:CPU runs a product inside a while loop on one thread: see --threads)
+
+    def matvec_body(carry, i):
+        r, acc = carry
+        return (r, 0.5 * acc + product(r, v + 1e-3 * acc)), None
+
+    out["matvec_loop"], (rr, _) = _loop_time(matvec_body, (holder[0], jnp.zeros_like(v)), steps)
+
+    def rank_one_body(r, i):
+        return rank_update(r, (1e-7 * i).astype(dtype) * t), None
+
+    out["rank_one_loop"], _ = _loop_time(rank_one_body, rr, steps)
+    out["frozen_over_2_matvec_loop"] = out["fisher_frozen"] / (2 * out["matvec_loop"])
+    out["adaptive_over_roofline_loop"] = out["fisher_adaptive"] / (
+        3 * out["matvec_loop"] + out["rank_one_loop"])
     if "mala" in out:
         out["frozen_over_mala"] = out["fisher_frozen"] / out["mala"]
         out["adaptive_over_mala"] = out["fisher_adaptive"] / out["mala"]
@@ -171,19 +226,82 @@ def orientation(dims=(785, 2000), chains=16) -> list[dict]:
     return rows
 
 
+def loop_threads(dim=4000, length=10, rounds=7) -> dict:
+    """Why a product inside ``lax.scan`` is slower than a separate call on XLA:CPU.
+
+    Times, for one float32 ``R`` of size ``dim``, ``R @ v`` and ``v @ R`` as separate jitted
+    calls, inside a ``lax.scan`` (an XLA while loop) and inside a fully unrolled scan (no
+    loop), and one FisherMALA step (frozen and adaptive) in a scan and in an unrolled
+    chunk of ``length`` steps. The variants are timed in interleaved rounds (best of
+    ``rounds``), so that a slow spell of a shared machine hits all of them. Run it again
+    under ``taskset -c 0``: with one core the separate call and the loop agree, i.e. the gap
+    is intra-op threads, which XLA:CPU does not use inside a while loop.
+    """
+    dtype = jnp.float32
+    rng = np.random.default_rng(0)
+    r = jnp.asarray(rng.normal(size=(dim, dim)), dtype)
+    v = jnp.ones(dim, dtype)
+    logdensity = _targets(dim, dtype, 10)["gaussian"]
+    key = jax.random.key(0)
+    timed = {}  # name -> (function of no argument, number of steps it runs)
+    for name, fn in {"R@v": lambda r, v: r @ v, "v@R": lambda r, v: v @ r}.items():
+        call = jax.jit(fn)
+        timed[f"{name} call"] = (lambda call=call: call(r, v), 1)
+        for unroll, label in ((1, "loop"), (True, "unrolled")):
+            def run(r, v, fn=fn, unroll=unroll):
+                def body(acc, i):
+                    return 0.5 * acc + fn(r, v + 1e-3 * acc), None
+
+                return jax.lax.scan(body, v, jnp.arange(length), unroll=unroll)[0]
+
+            run = jax.jit(run)
+            timed[f"{name} {label}"] = (lambda run=run: run(r, v), length)
+    for adapt in (False, True):
+        kernel = fisher.build_kernel(adapt=adapt)
+        for unroll, label in ((1, "loop"), (True, "unrolled")):
+            def run(state, key, kernel=kernel, unroll=unroll):
+                def body(s, i):
+                    return kernel(jax.random.fold_in(key, i), s, logdensity)[0], None
+
+                return jax.lax.scan(body, state, jnp.arange(length), unroll=unroll)[0]
+
+            run = jax.jit(run)
+            state = fisher.init(jnp.full(dim, 0.01, dtype), logdensity, 0.1)
+            name = f"fisher {'adaptive' if adapt else 'frozen'} {label}"
+            timed[name] = (lambda run=run, state=state: run(state, key), length)
+    best = dict.fromkeys(timed, np.inf)
+    for fn, _ in timed.values():
+        jax.block_until_ready(fn())  # compile
+    for _ in range(rounds):
+        for name, (fn, steps) in timed.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            best[name] = min(best[name], (time.perf_counter() - start) / steps * 1e6)
+    return {"dim": dim, "length": length, "rounds": rounds,
+            "cores": len(os.sched_getaffinity(0)), **best}
+
+
 def render(results) -> str:
+    """Markdown table of ``results``: times, and ratios to both rooflines."""
     lines = ["| target | d | dtype | chains | MALA µs | Fisher frozen µs | Fisher adaptive µs | "
-             "R@v µs | rank-1 µs | frozen / 2 R@v | adaptive / (3 R@v + rank-1) | "
-             "adaptive / MALA |", "|" + "---|" * 12]
+             "R@v µs | rank-1 µs | R@v in loop µs | rank-1 in loop µs | frozen / 2 R@v | "
+             "adaptive / (3 R@v + rank-1) | same, loop roofline: frozen | adaptive | "
+             "adaptive / MALA |", "|" + "---|" * 16]
+
+    def cell(m, key, fmt):
+        return format(m[key], fmt) if key in m else "-"
+
     for row in results:
         m = row["us"]
-        mala_us = f"{m['mala']:.0f}" if "mala" in m else "-"
-        ratio_mala = f"{m['adaptive_over_mala']:.2f}" if "adaptive_over_mala" in m else "-"
         lines.append(
-            f"| {row['target']} | {row['dim']} | {row['dtype']} | {row['chains']} | {mala_us} | "
-            f"{m['fisher_frozen']:.0f} | {m['fisher_adaptive']:.0f} | {m['matvec']:.0f} | "
-            f"{m['rank_one']:.0f} | {m['frozen_over_2_matvec']:.2f} | "
-            f"{m['adaptive_over_roofline']:.2f} | {ratio_mala} |")
+            f"| {row['target']} | {row['dim']} | {row['dtype']} | {row['chains']} | "
+            f"{cell(m, 'mala', '.0f')} | {m['fisher_frozen']:.0f} | "
+            f"{m['fisher_adaptive']:.0f} | {m['matvec']:.0f} | {m['rank_one']:.0f} | "
+            f"{cell(m, 'matvec_loop', '.0f')} | {cell(m, 'rank_one_loop', '.0f')} | "
+            f"{m['frozen_over_2_matvec']:.2f} | {m['adaptive_over_roofline']:.2f} | "
+            f"{cell(m, 'frozen_over_2_matvec_loop', '.2f')} | "
+            f"{cell(m, 'adaptive_over_roofline_loop', '.2f')} | "
+            f"{cell(m, 'adaptive_over_mala', '.2f')} |")
     return "\n".join(lines)
 
 
@@ -210,7 +328,17 @@ def main(argv=None):
     parser.add_argument("--render", action="store_true", help="print the table from --out")
     parser.add_argument("--orientation", action="store_true",
                         help="only time R@v, v@R, R.T@v (-> results/orientation.json)")
+    parser.add_argument("--threads", type=Path, default=None, metavar="JSON",
+                        help="only time products and steps in and out of a loop "
+                        "(see loop_threads) and write them to JSON")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        row = loop_threads()
+        print(json.dumps(row), flush=True)
+        args.threads.parent.mkdir(parents=True, exist_ok=True)
+        args.threads.write_text(json.dumps({"device": str(jax.devices()[0]), "row": row},
+                                           indent=1))
+        return
     if args.orientation:
         path = RESULTS.with_name("orientation.json")
         path.write_text(json.dumps({"device": str(jax.devices()[0]), "rows": orientation()},

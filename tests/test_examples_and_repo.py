@@ -65,3 +65,28 @@ def test_paper_reproduction_pipeline_quick_mode(tmp_path):
         assert (tmp_path / "images" / "results" / name).stat().st_size > 1000
     records = list((tmp_path / "results").glob("gp/fisher_mala/rep*.json"))
     assert len(records) == 2
+
+
+def test_performance_page_is_rendered_from_the_committed_results(tmp_path):
+    """docs/performance.md is exactly what its renderer writes from benchmarks/results."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import render_performance
+
+    page = render_performance.render(tmp_path)
+    assert page.read_text() == (ROOT / "docs" / "performance.md").read_text()
+    # the prose figures come from the files: none of the old hard-coded ones is left
+    text = page.read_text()
+    assert "## 6. On a GPU" in text and "ratio of the loop rooflines" in text
+
+
+def test_loop_threads_experiment_reports_every_variant():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import step_cost
+
+    row = step_cost.loop_threads(dim=16, length=2, rounds=1)
+    for name in ("R@v", "v@R"):
+        for where in ("call", "loop", "unrolled"):
+            assert 0 < row[f"{name} {where}"] < 1e6
+    for kind in ("frozen", "adaptive"):
+        for where in ("loop", "unrolled"):
+            assert 0 < row[f"fisher {kind} {where}"] < 1e6
