@@ -288,6 +288,35 @@ WHY_NUTS_WINS = {
 }
 
 
+def _worst_coordinates_text(root: Path, target: str) -> str | None:
+    """Why FisherMALA's min ESS is low on ``target``, from ``worst_coordinates.json``."""
+    path = root / target / "worst_coordinates.json"
+    if not path.exists():
+        return None
+    w = json.loads(path.read_text())
+    worst, median = w["worst"], w["median"]
+    first = worst[0]
+    skew_worst = [abs(r["skewness"]) for r in worst]
+    skew_median = [abs(r["skewness"]) for r in median]
+    rows = ""
+    if "nonzero_rows" in first:
+        rows = (f", whose covariate is nonzero in {100 * first['nonzero_rows']:.2f}% of the data "
+                f"rows (the {len(worst)} worst: {100 * min(r['nonzero_rows'] for r in worst):.2f}"
+                f"-{100 * max(r['nonzero_rows'] for r in worst):.1f}%)")
+    return (
+        f"FisherMALA's min ESS is set by a few coordinates (`python -m "
+        f"benchmarks.worst_coordinates --target {target}`): the worst, coordinate "
+        f"{first['coordinate']} (bulk ESS {first['bulk_ess']:.0f}, against "
+        f"{median[len(median) // 2]['bulk_ess']:.0f} at the median){rows}, has a skewed "
+        f"marginal (skewness {first['skewness']:.2f}); the {len(worst)} worst have |skewness| "
+        f"{min(skew_worst):.2f}-{max(skew_worst):.2f}, the {len(median)} around the median at "
+        f"most {max(skew_median):.2f}. Such posteriors are shaped by the prior and a handful "
+        f"of observations: a global linear preconditioner cannot straighten them, and "
+        f"MALA's local steps cross them slowly, while NUTS's multi-step trajectories "
+        f"cross them within an iteration"
+    )
+
+
 def _race_analysis(root: Path) -> str:
     """Why FisherMALA loses where it loses, with the figures that show it."""
     lines = []
@@ -307,7 +336,9 @@ def _race_analysis(root: Path) -> str:
         antithetic = " (antithetic)" if best_o["bulk_min"] > draws else ""
         lines.append(
             f"- **{target}** ({best_f['bulk_min_per_second'] / best_o['bulk_min_per_second']:.2f}"
-            f" x {best_o['sampler']}): {WHY_NUTS_WINS.get(target, 'not analysed')}. Per "
+            f" x {best_o['sampler']}): "
+            f"{_worst_coordinates_text(root, target) or WHY_NUTS_WINS.get(target, 'not analysed')}"
+            f". Per "
             f"gradient evaluation {best_o['sampler']} gets {best_o['bulk_min_per_grad']:.1e} "
             f"min bulk ESS against FisherMALA's {best_f['bulk_min_per_grad']:.1e}, and it "
             f"reaches a min bulk ESS of {best_o['bulk_min']:.0f} from {draws} "
@@ -319,26 +350,40 @@ def _race_analysis(root: Path) -> str:
     return "### Where FisherMALA loses, and why\n\n" + "\n".join(lines) + "\n"
 
 
+def _per_draw(c) -> float:
+    return c["bulk_min"] / (c["protocol"]["chains"] * c["protocol"]["samples"])
+
+
+def _projection(c, best) -> tuple[float, float, float]:
+    """NUTS cell ``c`` at a shortened protocol projected to 1000 + 5000 steps.
+
+    Seconds: its measured adaptation time plus 5000 draws at its measured cost per draw.
+    Min ESS/s (a) at its own min bulk ESS per draw, (b) at that of ``best``.
+    """
+    p = c["protocol"]
+    draw_s = c["seconds"]["sampling"] / p["samples"]
+    projected = c["seconds"]["warmup"] + 5000 * draw_s
+    draws = p["chains"] * 5000
+    return projected, _per_draw(c) * draws / projected, _per_draw(best) * draws / projected
+
+
 def _reduced_protocol_bounds(root: Path) -> str:
-    """Projected NUTS figures where NUTS ran a shortened protocol (Caravan, MNIST on CPU).
+    """Projected NUTS figures where NUTS ran a shortened protocol (MNIST on CPU).
 
     NUTS's time for the full protocol (1000 adaptation steps + 5000 draws) is taken as its
-    measured adaptation time (of fewer steps: a lower bound, since the first steps, from
-    a poor step size, are the dearest) plus 5000 draws at its measured cost per draw. Its
-    min bulk ESS per draw is taken (a) as measured and (b) as the best NUTS reached on any
-    target at the full protocol, an optimistic case.
+    measured adaptation time (of fewer steps) plus 5000 draws at its measured cost per
+    draw. Its min bulk ESS per draw is taken (a) as measured and (b) as the best NUTS
+    reached on any target at the full protocol. Where a shortened run was later replaced
+    by a full one (its record kept in ``<target>/shortened/``), the projection is checked
+    against the measurement.
     """
     cells = [json.loads(p.read_text()) for p in sorted(root.glob("*/nuts_*.json"))]
     full = [c for c in cells if c["protocol"]["nuts_warmup"] >= 1000
             and c["protocol"]["samples"] >= 5000]
     short = [c for c in cells if c not in full]
-    if not full or not short:
+    if not full:
         return ""
-
-    def per_draw(c):
-        return c["bulk_min"] / (c["protocol"]["chains"] * c["protocol"]["samples"])
-
-    best = max(full, key=per_draw)
+    best = max(full, key=_per_draw)
     lines = []
     for c in short:
         p = c["protocol"]
@@ -347,35 +392,58 @@ def _reduced_protocol_bounds(root: Path) -> str:
                   if (f := root / c["target"] / f"{s}.json").exists()]
         if not fisher:
             continue
-        draw_s = c["seconds"]["sampling"] / p["samples"]
-        projected = c["seconds"]["warmup"] + 5000 * draw_s
-        draws = p["chains"] * 5000
-        own, optimistic = per_draw(c) * draws / projected, per_draw(best) * draws / projected
+        projected, own, optimistic = _projection(c, best)
         leapfrogs = c["grad_evals"] / (p["chains"] * (p["nuts_warmup"] + p["samples"]))
         lines.append(
             f"| {c['target']} | {c['sampler']} | {p['nuts_warmup']} + {p['samples']} | "
             f"{leapfrogs:.0f} | "
-            f"{c['seconds']['warmup']:.0f} | {draw_s * 1e3:.0f} | {projected:.0f} | "
-            f"{per_draw(c):.2f} | {own:.1f} | {optimistic:.1f} | {max(fisher):.1f} | "
+            f"{c['seconds']['warmup']:.0f} | "
+            f"{c['seconds']['sampling'] / p['samples'] * 1e3:.0f} | {projected:.0f} | "
+            f"{_per_draw(c):.2f} | {own:.1f} | {optimistic:.1f} | {max(fisher):.1f} | "
             f"{max(fisher) / own:.1f} / {max(fisher) / optimistic:.1f} |")
-    return (
-        "### Targets where NUTS ran a shortened protocol\n\n"
-        "On 2 CPU cores NUTS cannot run the full protocol on Caravan and MNIST within a "
-        "session, so it ran a shorter one. Projected to the full protocol (1000 + 5000): "
-        "its measured adaptation time (for fewer steps, so a lower bound: the first steps, "
-        "from a poor step size, are the dearest) plus 5000 draws at its measured cost per "
-        "draw, with its min bulk ESS per draw (a) as measured, (b) at the best NUTS "
-        f"reached on any target at the full protocol ({per_draw(best):.2f}, "
-        f"{best['target']}, {best['sampler']}), an optimistic case.\n\n"
-        "| target | sampler | measured protocol | gradients per iteration | adaptation s | "
-        "ms per draw (4 chains) | projected s | min ESS per draw | projected min ESS/s (a) "
-        "| (b) | FisherMALA min ESS/s | FisherMALA / NUTS (a) / (b) |\n" + "|---" * 12
-        + "|\n" + "\n".join(lines) + "\n\n"
-        "The projection keeps the trajectory length of the shortened run. On MNIST, 100 "
-        "adaptation steps leave NUTS with a small step size and trajectories near the "
-        "maximum tree depth (1023 steps), so there the projection is pessimistic for NUTS: "
-        "after 1000 adaptation steps its trajectories would likely be shorter. The GPU "
-        "race (section 6) gives the firmer MNIST figure.\n")
+    checks, between = [], True
+    for path in sorted(root.glob("*/shortened/nuts_*.json")):
+        old = json.loads(path.read_text())
+        now_path = path.parent.parent / path.name
+        if not now_path.exists():
+            continue
+        now = json.loads(now_path.read_text())
+        _, own, optimistic = _projection(old, best)
+        between &= own <= now["bulk_min_per_second"] <= optimistic
+        checks.append(
+            f"| {old['target']} | {old['sampler']} | {old['protocol']['nuts_warmup']} + "
+            f"{old['protocol']['samples']} | {own:.1f} | {optimistic:.1f} | "
+            f"{now['bulk_min_per_second']:.1f} |")
+    if not lines and not checks:
+        return ""
+    text = ["### Targets where NUTS ran a shortened protocol\n"]
+    if lines:
+        text.append(
+            "On 2 CPU cores NUTS cannot run the full protocol on "
+            f"{', '.join(sorted({c['target'] for c in short}))} within a session, so it ran a "
+            "shorter one. Projected to the full protocol (1000 + 5000): its measured "
+            "adaptation time (for fewer steps) plus 5000 draws at its measured cost per "
+            "draw, with its min bulk ESS per draw (a) as measured, (b) at the best NUTS "
+            f"reached on any target at the full protocol ({_per_draw(best):.2f}, "
+            f"{best['target']}, {best['sampler']}), an optimistic case.\n\n"
+            "| target | sampler | measured protocol | gradients per iteration | adaptation s | "
+            "ms per draw (4 chains) | projected s | min ESS per draw | projected min ESS/s "
+            "(a) | (b) | FisherMALA min ESS/s | FisherMALA / NUTS (a) / (b) |\n"
+            + "|---" * 12 + "|\n" + "\n".join(lines) + "\n")
+    if checks:
+        text.append(
+            "How good is the projection? Where a shortened NUTS run was later repeated "
+            "at the full protocol, the shortened run's projection against the "
+            "measurement (min bulk ESS/s):\n\n"
+            "| target | sampler | shortened protocol | projected (a) | projected (b) | "
+            "measured at 1000 + 5000 |\n|---|---|---|---|---|---|\n" + "\n".join(checks)
+            + "\n\n" + ("Each measurement lies between (a) and (b)" if between else
+                         "The measurements do not all lie between (a) and (b)")
+            + ": with a full adaptation NUTS finds a larger step size and shorter "
+            "trajectories, so (a) is pessimistic for NUTS. On MNIST, 100 adaptation steps "
+            "leave NUTS near the maximum tree depth (1023 steps), so there (a) is more "
+            "pessimistic still.\n")
+    return "\n".join(text)
 
 
 H200_PEAK_BANDWIDTH = 4.8e12  # bytes/s, NVIDIA's H200 SXM datasheet (HBM3e)
@@ -456,7 +524,10 @@ def _gpu_findings(data) -> str:
         f"{min(frozen):.0f}-{max(frozen):.0f} µs, about what one chain's does, but the "
         f"adaptive step costs {min(adaptive):.0f}-{max(adaptive):.0f} µs almost "
         f"independently of d, a fixed per-step overhead of the rank-16 update (which part "
-        f"was not profiled in the GPU time available). Per chain-iteration, 16 separate R "
+        f"was not profiled in the GPU time available). These figures are from the update's "
+        f"first version, which formed its 16 x 16 gain by a symmetric eigendecomposition; it "
+        f"now uses a Cholesky factorization and two triangular solves (How it works, "
+        f"section 7), not yet timed on a GPU. Per chain-iteration, 16 separate R "
         f"against one shared R: {cheaper} (above 1: sharing is cheaper). On a GPU, pool "
         f"chains for the faster burn-in (section 2) and at large d.")
     return "\n".join(lines) + "\n"
@@ -536,7 +607,7 @@ def _gpu_section() -> list[str]:
             "of the GPU session; cells that did not finish are absent. "
             + _gpu_race_findings(race)
             + " The CPU race of section 3 has MNIST with all samplers.\n",
-            versus_blackjax.render(race), "\n",
+            versus_blackjax.render(race, goal=False), "\n",
         ]
     return parts
 

@@ -154,12 +154,13 @@ def _protocol(record) -> str:
     return f"{p['chains']} x ({warm} + {p['samples']})"
 
 
-def render(root=RESULTS) -> str:
+def render(root=RESULTS, goal: bool = True) -> str:
+    """Markdown tables of the cached cells; ``goal`` adds the issue's goal, counted."""
     lines = ["| target | sampler | min ESS bulk | median ESS bulk | min ESS paper | "
              "median ESS paper | grad evals | min ESS/grad (bulk) | min ESS/s (bulk) | "
              "min ESS/s (paper) | warm-up + sampling s | compile s | protocol |",
              "|" + "---|" * 13]
-    verdicts = []
+    verdicts, outcomes = [], []
     for target in TARGETS:
         rows = {s: json.loads(p.read_text()) for s in SAMPLERS
                 if (p := root / target / f"{s}.json").exists()}
@@ -182,9 +183,29 @@ def render(root=RESULTS) -> str:
                          else f" (shortened: {_protocol(rows[best_other])})")
             verdicts.append(f"| {target} | {max(fisher):.1f} | {best_other} "
                             f"{others[best_other]:.1f}{shortened} | {ratio:.2f} |")
+            outcomes.append((target, ratio, bool(shortened)))
     summary = ["", "| target | best FisherMALA min ESS/s | best BlackJAX sampler, min ESS/s | "
                "ratio |", "|---|---|---|---|", *verdicts]
+    if outcomes and goal:
+        summary += ["", _goal_line(outcomes)]
     return "\n".join(lines + summary)
+
+
+def _goal_line(outcomes) -> str:
+    """The issue's goal, counted: at least equal on 7 of 9 targets, within 2x on the rest."""
+    wins = [t for t, r, short in outcomes if r >= 1 and not short]
+    short_wins = [t for t, r, short in outcomes if r >= 1 and short]
+    rest = [(t, r) for t, r, _ in outcomes if r < 1]
+    text = (f"Goal (min ESS/s at least the best BlackJAX sampler's on 7 of 9 targets, within "
+            f"2x on the rest): at least equal on {len(wins)} of {len(outcomes)} targets with "
+            f"every sampler at the full protocol ({', '.join(wins)})")
+    if short_wins:
+        text += (f", and on {', '.join(short_wins)} against NUTS at a shortened protocol "
+                 f"(see the projection below)")
+    if rest:
+        text += (f"; below on {', '.join(f'{t} ({r:.2f})' for t, r in rest)}, "
+                 + ("all within 2x" if all(r >= 0.5 for _, r in rest) else "not all within 2x"))
+    return text + "."
 
 
 def main(argv=None):

@@ -61,6 +61,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import Array
+from jax.scipy.linalg import solve_triangular
 
 __all__ = [
     "SqrtUpdate",
@@ -303,28 +304,34 @@ def rank_block_update(sqrt_precond: Array, trace_precond: Array, phis: Array) ->
     """Rank-C square-root update: C signals at once (Prop. 4 generalized to a block).
 
     With the ``C x d`` matrix ``Phi`` of whitened signals (rows ``phi_c = R^T s_c``) and
-    ``M = Phi Phi^T`` (``C x C``)::
+    ``M = Phi Phi^T`` (``C x C``), Woodbury's identity gives::
 
-        A' = (A^{-1} + sum_c s_c s_c^T)^{-1} = R (I - Phi^T (I + M)^{-1} Phi) R^T
-        R' = R (I - Phi^T K Phi),   2K - K M K = (I + M)^{-1}
+        A' = (A^{-1} + sum_c s_c s_c^T)^{-1} = R (I - Phi^T (I + M)^{-1} Phi) R^T.
 
-    solved in the eigenbasis of ``M = V diag(mu) V^T`` by
-    ``K = V diag(1 / (sqrt(1 + mu) (sqrt(1 + mu) + 1))) V^T`` (for ``C = 1`` this is
-    Eq. (13)'s ``r / (1 + phi^T phi)``). Cost: one ``d x d`` times ``d x C`` product
-    (``T = R Phi^T``, one read of ``R``), one rank-C read-modify-write, and O(C^3 + d C^2);
-    ``tr(A') = tr(A) - tr((I + M)^{-1} T^T T)`` in O(d C^2). Products ``R'^T v`` follow in
-    O(d C) from ``R^T v`` with :func:`block_whitened_product`.
+    A square root of the middle factor is Andrews' (1968) ``B = I - Phi^T K Phi`` with
+    ``K = L^{-T} (L + I)^{-1}`` and ``L L^T = I + M`` (Cholesky), so ``R' = R B``: one
+    ``C x C`` Cholesky factorization and two triangular solves, no eigendecomposition. For
+    ``C = 1``, ``L = sqrt(1 + phi^T phi)`` and ``K`` is Eq. (13)'s
+    ``r / (1 + phi^T phi)``. Cost: one ``d x d`` times ``d x C`` product (``T = R Phi^T``,
+    one read of ``R``), one rank-C read-modify-write ``R - (T K) Phi``, and O(C^3 + d C^2);
+    ``tr(A') = tr(A) - ||L^{-1} T^T||_F^2`` in O(d C^2). Products ``R'^T v`` follow in
+    O(d C) from ``R^T v`` with :func:`block_whitened_product`. Rows of ``Phi`` that are
+    zero leave ``R`` unchanged.
     """
     dtype = sqrt_precond.dtype
-    gram = phis @ phis.T
-    mu, vecs = jnp.linalg.eigh(gram)
-    mu = jnp.maximum(mu, 0.0)
-    root = jnp.sqrt(1.0 + mu)
-    gain = (vecs * (1.0 / (root * (root + 1.0)))) @ vecs.T  # K
-    inv_one_plus = (vecs * (1.0 / (1.0 + mu))) @ vecs.T  # (I + M)^{-1}
+    eye = jnp.eye(phis.shape[0], dtype=dtype)
+    chol = jnp.linalg.cholesky(eye + phis @ phis.T)  # L, lower triangular, diagonal >= 1
+    # K = L^{-T} (L + I)^{-1}. With M = L L^T - I, B B^T = I - Phi^T (L L^T)^{-1} Phi holds
+    # iff K + K^T - K M K^T = (L L^T)^{-1}; times L^T on the left and L on the right this is
+    # (L + I)^{-1} L + L^T (L^T + I)^{-1} - (L + I)^{-1} (L L^T - I) (L^T + I)^{-1} = I,
+    # which times (L + I) on the left and (L^T + I) on the right is an identity.
+    gain = solve_triangular(
+        chol, solve_triangular(chol + eye, eye, lower=True), lower=True, trans=1
+    )
     columns = jnp.einsum("ij,cj->ic", sqrt_precond, phis)  # T = R Phi^T: one read of R
     new_sqrt = sqrt_precond - (columns @ gain) @ phis
-    new_trace = trace_precond - jnp.sum(inv_one_plus * (columns.T @ columns))
+    removed = solve_triangular(chol, columns.T, lower=True)  # L^{-1} T^T, C x d
+    new_trace = trace_precond - jnp.sum(removed * removed)
     return BlockUpdate(new_sqrt.astype(dtype), new_trace.astype(dtype), phis, gain)
 
 

@@ -91,3 +91,19 @@ def test_pooled_is_only_for_fisher_mala():
     with pytest.raises(ValueError, match="pooled"):
         fm.sample(jax.random.key(0), "mala", lambda x: -jnp.sum(x**2), jnp.zeros((2, 2)),
                   pooled=True)
+
+
+def test_zero_signal_rows_leave_the_block_update_to_the_others(x64):
+    """Rows of Phi that are zero (rejected or non-finite chains) contribute nothing."""
+    rng = np.random.default_rng(3)
+    d = 7
+    r = jnp.asarray(np.linalg.cholesky(np.eye(d) + 0.3 * np.ones((d, d))))
+    trace = jnp.sum(r * r)
+    phis = jnp.asarray(rng.normal(size=(3, d)))
+    padded = jnp.zeros((5, d)).at[jnp.array([0, 2, 4])].set(phis)
+    full, only = rank_block_update(r, trace, padded), rank_block_update(r, trace, phis)
+    np.testing.assert_allclose(full.sqrt_precond, only.sqrt_precond, rtol=1e-12, atol=1e-14)
+    assert float(full.trace_precond) == pytest.approx(float(only.trace_precond), rel=1e-12)
+    none = rank_block_update(r, trace, jnp.zeros((4, d)))
+    np.testing.assert_array_equal(none.sqrt_precond, r)
+    assert float(none.trace_precond) == float(trace)
