@@ -1,6 +1,6 @@
 """Per-iteration cost of MALA and FisherMALA against a matrix-vector roofline.
 
-    python -m benchmarks.step_cost                      # all cells, ~10 min on 2 cores
+    python -m benchmarks.step_cost                      # all cells, ~17 min on 2 cores
     python -m benchmarks.step_cost --dims 100,785 --quick
     python -m benchmarks.step_cost --threads benchmarks/results/loop_threads.json
     taskset -c 0 python -m benchmarks.step_cost --threads benchmarks/results/loop_threads_1core.json

@@ -325,13 +325,13 @@ def rank_block_update(sqrt_precond: Array, trace_precond: Array, phis: Array) ->
     # iff K + K^T - K M K^T = (L L^T)^{-1}; times L^T on the left and L on the right this is
     # (L + I)^{-1} L + L^T (L^T + I)^{-1} - (L + I)^{-1} (L L^T - I) (L^T + I)^{-1} = I,
     # which times (L + I) on the left and (L^T + I) on the right is an identity.
-    gain = solve_triangular(
-        chol, solve_triangular(chol + eye, eye, lower=True), lower=True, trans=1
-    )
+    # Only C x C triangular solves: every O(d) product below is a matrix product.
+    chol_inv = solve_triangular(chol, eye, lower=True)  # L^{-1}
+    gain = chol_inv.T @ solve_triangular(chol + eye, eye, lower=True)
     columns = jnp.einsum("ij,cj->ic", sqrt_precond, phis)  # T = R Phi^T: one read of R
     new_sqrt = sqrt_precond - (columns @ gain) @ phis
-    removed = solve_triangular(chol, columns.T, lower=True)  # L^{-1} T^T, C x d
-    new_trace = trace_precond - jnp.sum(removed * removed)
+    # tr(A') = tr(A) - ||L^{-1} T^T||_F^2 = tr(A) - tr((I + M)^{-1} T^T T)
+    new_trace = trace_precond - jnp.sum((chol_inv.T @ chol_inv) * (columns.T @ columns))
     return BlockUpdate(new_sqrt.astype(dtype), new_trace.astype(dtype), phis, gain)
 
 
