@@ -141,19 +141,16 @@ def measure(dim, dtype, chains, target_name, steps):
     # The update is what the adaptive step writes: rank one per R, rank 16 for pooled chains.
     r = jnp.asarray(np.random.default_rng(1).normal(size=(dim, dim)), dtype)
     v = jnp.ones((num, dim), dtype)
+    def product(r, v):
+        return jnp.einsum("ij,cj->ci", r, v)
+
     if chains == "pooled16":
         rr = r
-
-        def product(r, v):
-            return jnp.einsum("ij,cj->ci", r, v)
 
         def rank_update(r, t):
             return r - jnp.einsum("ci,cj->ij", t, t)
     elif num == 1:
         rr = r
-
-        def product(r, v):
-            return jnp.einsum("ij,cj->ci", r, v)
 
         def rank_update(r, t):
             return r - t[0][:, None] * t[0][None, :]
@@ -305,8 +302,20 @@ def render(results) -> str:
     return "\n".join(lines)
 
 
+def _l3_cache_bytes() -> int | None:
+    """The CPU's L3 cache size from Linux sysfs (``None`` where it is not there)."""
+    path = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    units = {"K": 2**10, "M": 2**20}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
 def _write(path: Path, argv, rows) -> None:
     meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+            "l3_cache_bytes": _l3_cache_bytes(),
             "jax": jax.__version__,
             "matmul_precision": jax.config.jax_default_matmul_precision or "default",
             "command": "python -m benchmarks.step_cost "

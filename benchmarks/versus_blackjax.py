@@ -105,6 +105,12 @@ def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
     return np.asarray(draws), grads, c1 + c2, t1, t2
 
 
+def race_start(target, chains):
+    """The race's initial positions (``chains`` of them) and the key every sampler runs with."""
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    return target.initial_positions(key_init, chains), key_run
+
+
 def run_cell(target_name, sampler, args, root=RESULTS):
     path = root / target_name / f"{sampler}.json"
     protocol = {"chains": args.chains, "samples": args.samples,
@@ -113,8 +119,7 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         print(f"  cached   {target_name:14s} {sampler}")
         return
     target = fm.targets.get(target_name)
-    key_init, key_run = jax.random.split(jax.random.key(0))
-    positions = target.initial_positions(key_init, args.chains)
+    positions, key_run = race_start(target, args.chains)
     if sampler.startswith("fisher_mala"):
         r = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
                       num_warmup=args.fisher_warmup, num_samples=args.samples,

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.stats
 
 import fisher_mala as fm
-from benchmarks.versus_blackjax import FULL_PROTOCOL, RESULTS
+from benchmarks.versus_blackjax import FULL_PROTOCOL, RESULTS, race_start
 
 __all__ = ["diagnose"]
 
@@ -28,8 +28,7 @@ __all__ = ["diagnose"]
 def diagnose(target_name: str, worst: int = 5) -> dict:
     """Bulk ESS and marginal shape of the worst and of median coordinates."""
     target = fm.targets.get(target_name)
-    key_init, key_run = jax.random.split(jax.random.key(0))  # as in versus_blackjax
-    positions = target.initial_positions(key_init, FULL_PROTOCOL["chains"])
+    positions, key_run = race_start(target, FULL_PROTOCOL["chains"])
     result = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
                        num_warmup=FULL_PROTOCOL["fisher_warmup"],
                        num_samples=FULL_PROTOCOL["samples"])
