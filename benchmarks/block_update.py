@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fisher_mala import pooled, sqrt_precond
+from fisher_mala import pooled, preconditioner, sqrt_precond
 
 RESULTS = Path(__file__).resolve().parent / "results" / "block_update.json"
 STEPS = 50
@@ -44,8 +44,8 @@ def eigh_block_update(r, trace, phis) -> sqrt_precond.BlockUpdate:
 
 def _compiled_steps(update, state, logdensity):
     """The pooled adaptive step with ``update`` as its rank-C update, compiled."""
-    original = pooled.rank_block_update
-    pooled.rank_block_update = update  # looked up when the kernel is traced
+    original = preconditioner.rank_block_update
+    preconditioner.rank_block_update = update  # looked up when the kernel is traced
     try:
         kernel = pooled.build_kernel(adapt=True)
 
@@ -57,7 +57,7 @@ def _compiled_steps(update, state, logdensity):
 
         return jax.jit(run, donate_argnums=0).lower(state, jax.random.key(0)).compile()
     finally:
-        pooled.rank_block_update = original
+        preconditioner.rank_block_update = original
 
 
 def measure(dim: int, rounds: int = 5) -> dict:

@@ -11,6 +11,10 @@ Samplers, 4 chains each, from the same N(0, I) starts:
 * ``nuts_diag`` / ``nuts_dense``: BlackJAX NUTS after ``blackjax.window_adaptation``
   (diagonal / dense inverse mass matrix, target acceptance 0.8), ``--nuts-warmup``
   (default 1000, Stan's) adaptation steps then ``--samples`` draws;
+* ``fisher_nuts`` / ``fisher_nuts_pooled`` / ``fisher_hmc``: ``fm.sample`` with NUTS / HMC
+  in the coordinates whitened by the Fisher ``R`` (``--fisher-warmup`` warm-up iterations:
+  a tenth of them tune the leapfrog step), then ``--samples`` draws
+  (``--samples fisher_nuts,...``; ``--render-whitened`` prints their table);
 * ``blackjax_mala``: BlackJAX MALA with the step size tuned by the paper's rule during
   ``--fisher-warmup`` iterations (``fm.mala_warmup``; BlackJAX's ``step_size`` is
   ``sigma^2 / 2``).
@@ -36,6 +40,10 @@ RESULTS = Path(__file__).resolve().parent / "results" / "race"
 #: The race's protocol (the command-line defaults); a cell run with less is "shortened".
 FULL_PROTOCOL = {"chains": 4, "samples": 5000, "fisher_warmup": 5000, "nuts_warmup": 1000}
 SAMPLERS = ("fisher_mala", "fisher_mala_pooled", "nuts_diag", "nuts_dense", "blackjax_mala")
+#: NUTS / HMC in the coordinates whitened by the Fisher R (fm.sample's "fisher_nuts", ...).
+WHITENED = ("fisher_nuts", "fisher_nuts_pooled", "fisher_hmc")
+#: The peers Fisher NUTS races against (nutpie is not in this harness yet).
+PEERS = ("nuts_diag", "nuts_dense")
 TARGETS = ("gp", "inhomogeneous", "pima", "caravan", "mnist56", "heart", "german",
            "australian", "ripley")
 
@@ -122,6 +130,13 @@ def run_cell(target_name, sampler, args, root=RESULTS):
     positions, key_run = race_start(target, args.chains)
     if sampler.startswith("fisher_mala"):
         r = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
+                      num_warmup=args.fisher_warmup, num_samples=args.samples,
+                      pooled=sampler.endswith("pooled"))
+        draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
+        compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
+    elif sampler in WHITENED:
+        name = sampler.removesuffix("_pooled")
+        r = fm.sample(key_run, name, target.logdensity_fn, positions,
                       num_warmup=args.fisher_warmup, num_samples=args.samples,
                       pooled=sampler.endswith("pooled"))
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
@@ -213,6 +228,35 @@ def _goal_line(outcomes) -> str:
     return text + "."
 
 
+def render_whitened(root=RESULTS) -> str:
+    """The Fisher NUTS race: min bulk ESS per second and per gradient, against the peers."""
+    names = (*WHITENED, "fisher_mala", *PEERS)
+    lines = ["| target | d | " + " | ".join(names) + " | Fisher NUTS / best peer |",
+             "|" + "---|" * (len(names) + 3)]
+    per_grad = ["| target | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    wins = []
+    for target in TARGETS:
+        rows = {s: json.loads(p.read_text()) for s in names
+                if (p := root / target / f"{s}.json").exists()}
+        if not any(s in rows for s in WHITENED):
+            continue
+        dim = next(iter(rows.values()))["dim"]
+        cells = [f"{rows[s]['bulk_min_per_second']:.1f}" if s in rows else "" for s in names]
+        grads = [f"{rows[s]['bulk_min_per_grad']:.2e}" if s in rows else "" for s in names]
+        fisher = max(rows[s]["bulk_min_per_second"] for s in WHITENED[:2] if s in rows)
+        peers = [rows[s]["bulk_min_per_second"] for s in PEERS if s in rows]
+        ratio = f"{fisher / max(peers):.2f}" if peers else ""
+        if peers:
+            wins.append(fisher >= max(peers))
+        lines.append(f"| {target} | {dim} | " + " | ".join(cells) + f" | {ratio} |")
+        per_grad.append(f"| {target} | " + " | ".join(grads) + " |")
+    verdict = (f"Fisher NUTS (best of per-chain and pooled R) at least equal to the best "
+               f"BlackJAX NUTS in min ESS/s on {sum(wins)} of {len(wins)} targets.")
+    return "\n".join(["Min bulk ESS per second (warm-up + sampling, compile apart):", "",
+                      *lines, "", verdict, "", "Min bulk ESS per gradient evaluation:", "",
+                      *per_grad])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="all")
@@ -220,14 +264,20 @@ def main(argv=None):
     for option, default in FULL_PROTOCOL.items():
         parser.add_argument(f"--{option.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--render", action="store_true")
+    parser.add_argument("--render-whitened", action="store_true",
+                        help="print the Fisher NUTS race table (docs/fisher_nuts.md)")
     parser.add_argument("--root", type=Path, default=RESULTS,
                         help="cache folder (e.g. results/race_gpu for an accelerator's run)")
     args = parser.parse_args(argv)
     if args.render:
         print(render(args.root))
         return
+    if args.render_whitened:
+        print(render_whitened(args.root))
+        return
     targets = TARGETS if args.targets == "all" else args.targets.split(",")
     samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
+    samplers = (*SAMPLERS, *WHITENED) if args.samplers == "every" else samplers
     for target in targets:
         for sampler in samplers:
             run_cell(target, sampler, args, root=args.root)

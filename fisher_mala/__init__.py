@@ -11,10 +11,13 @@ from fisher_mala import (
     hmc,
     mmala,
     pooled,
+    preconditioner,
     proposals,
     sqrt_precond,
     step_size,
     targets,
+    whitened_hmc,
+    whitened_warmup,
 )
 from fisher_mala.adaptation import (
     WarmupParameters,
@@ -22,16 +25,32 @@ from fisher_mala.adaptation import (
     fisher_mala_warmup,
     mala_warmup,
 )
-from fisher_mala.base import SamplingAlgorithm
+from fisher_mala.base import AdaptationAlgorithm, SamplingAlgorithm
 from fisher_mala.checkpoint import load_state, save_state
 from fisher_mala.diagnostics import ess, summary, to_arviz
 from fisher_mala.fisher import FisherMALAInfo, FisherMALAState, fisher_mala
 from fisher_mala.mala import MALAInfo, MALAState, mala
+from fisher_mala.preconditioner import FisherPreconditionerState, fisher_preconditioner
 from fisher_mala.sampling import SamplingResult, register_sampler, sample, samplers
+from fisher_mala.whitened_hmc import FisherHMCInfo, FisherHMCState, fisher_hmc, fisher_nuts, whiten
+from fisher_mala.whitened_warmup import FisherParameters, fisher_adaptation
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptationAlgorithm",
+    "FisherHMCInfo",
+    "FisherHMCState",
+    "FisherParameters",
+    "FisherPreconditionerState",
+    "fisher_adaptation",
+    "fisher_hmc",
+    "fisher_nuts",
+    "fisher_preconditioner",
+    "preconditioner",
+    "whiten",
+    "whitened_hmc",
+    "whitened_warmup",
     "SamplingResult",
     "load_state",
     "save_state",

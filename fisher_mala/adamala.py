@@ -21,11 +21,13 @@ whitened gradient of the new state (the Cholesky update has no O(d) formula for 
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala.base import ArrayTree, select
+from fisher_mala import validation
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept
 from fisher_mala.mala import MALAInfo
 from fisher_mala.proposals import langevin_transition, normalized_step_size
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
@@ -39,6 +41,7 @@ __all__ = [
     "haario_update",
     "init",
     "build_kernel",
+    "as_top_level_api",
 ]
 
 
@@ -143,22 +146,60 @@ def build_kernel(
             lambda g: upper @ g,  # R^T g = U g
         )
         accepted = proposal.is_accepted
-        new_position = jnp.where(accepted, proposal.position, position)
-        new_grad = jnp.where(accepted, proposal.logdensity_grad, ravel(state.logdensity_grad))
-        covariance = haario_update(state.covariance, new_position)
-        new_state = AdaMALAState(
-            unravel(new_position),
-            jnp.where(accepted, proposal.logdensity, state.logdensity),
-            select(accepted, unravel(proposal.logdensity_grad), state.logdensity_grad),
-            covariance,
-            adapt_step_size(
+        moved = accept(
+            accepted,
+            state,
+            position=unravel(proposal.position),
+            logdensity=proposal.logdensity,
+            logdensity_grad=unravel(proposal.logdensity_grad),
+        )
+        covariance = haario_update(state.covariance, ravel(moved.position))
+        new_state = moved._replace(
+            covariance=covariance,
+            step_size=adapt_step_size(
                 state.step_size,
                 proposal.acceptance_rate,
                 target_acceptance_rate,
                 step_size_learning_rate,
             ),
-            covariance.chol_upper @ new_grad,
+            whitened_grad=covariance.chol_upper @ ravel(moved.logdensity_grad),
         )
         return new_state, MALAInfo(proposal.acceptance_rate, accepted, proposal.is_finite)
 
     return kernel
+
+
+def as_top_level_api(
+    logdensity_fn: Callable,
+    step_size,
+    damping=10.0,
+    target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+    step_size_learning_rate=LEARNING_RATE,
+) -> SamplingAlgorithm:
+    """Adaptive AdaMALA from the first step (``Sigma`` and ``sigma^2`` adapted every step).
+
+    ``fm.sample(..., "adamala")`` runs the paper's full protocol (MALA phases first).
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
+    """
+    validation.check_positive("step_size", step_size, "It is sigma^2 of Eq. (7).")
+    validation.check_positive("damping", damping, "The paper uses lambda = 10.")
+    kernel = build_kernel(target_acceptance_rate, step_size_learning_rate)
+
+    def init_fn(position, rng_key=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+        validation.check_position(position)
+        validation.check_logdensity(logdensity_fn, position)
+        flat = ravel(position)
+        logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+        covariance = haario_update(haario_init(flat.shape[0], damping, flat.dtype), flat)
+        return init(position, logdensity, grad, covariance, step_size)
+
+    @jax.jit
+    def step_fn(rng_key, state):
+        return kernel(rng_key, state, logdensity_fn)
+
+    return SamplingAlgorithm(init_fn, step_fn)

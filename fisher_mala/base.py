@@ -1,4 +1,13 @@
-"""Shared types: the ``SamplingAlgorithm`` pair and the BlackJAX-style API object."""
+"""Shared types and the one accept/select helper of every kernel.
+
+* :class:`SamplingAlgorithm` and :class:`AdaptationAlgorithm`: the pairs BlackJAX users
+  expect (``init``/``step``; ``run``).
+* :class:`SamplingAPI`: a top-level constructor that also exposes ``init`` and
+  ``build_kernel`` (the three layers of a BlackJAX algorithm).
+* :func:`is_finite` and :func:`accept`: the non-finite guard and the Metropolis-Hastings
+  selection, written once for all kernels. A proposal that is not finite is rejected and
+  never enters the state.
+"""
 
 import functools
 from collections.abc import Callable
@@ -6,8 +15,16 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import Array
 
-__all__ = ["SamplingAlgorithm", "SamplingAPI", "select"]
+__all__ = [
+    "SamplingAlgorithm",
+    "AdaptationAlgorithm",
+    "SamplingAPI",
+    "select",
+    "is_finite",
+    "accept",
+]
 
 ArrayTree = Any
 
@@ -18,13 +35,26 @@ class SamplingAlgorithm(NamedTuple):
     Attributes
     ----------
     init
-        ``position -> state``.
+        ``(position, rng_key=None) -> state``; the key is accepted for BlackJAX's
+        ``run_inference_algorithm`` and ignored by deterministic initializations.
     step
         ``(rng_key, state) -> (state, info)``, jit-compiled.
     """
 
     init: Callable
     step: Callable
+
+
+class AdaptationAlgorithm(NamedTuple):
+    """A warm-up in the shape of ``blackjax.window_adaptation``.
+
+    Attributes
+    ----------
+    run
+        ``(rng_key, position, num_steps) -> ((state, parameters), info)``.
+    """
+
+    run: Callable
 
 
 class SamplingAPI:
@@ -46,5 +76,35 @@ class SamplingAPI:
 
 
 def select(condition, on_true: ArrayTree, on_false: ArrayTree) -> ArrayTree:
-    """Leaf-wise ``jnp.where(condition, on_true, on_false)`` over matching pytrees."""
-    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
+    """Leaf-wise ``jnp.where(condition, on_true, on_false)`` over matching pytrees.
+
+    ``condition`` may carry leading batch axes (one outcome per chain): it is broadcast
+    against each leaf from the left.
+    """
+    condition = jnp.asarray(condition)
+
+    def where(a, b):
+        a = jnp.asarray(a)
+        cond = condition.reshape(condition.shape + (1,) * (a.ndim - condition.ndim))
+        return jnp.where(cond, a, b)
+
+    return jax.tree.map(where, on_true, on_false)
+
+
+def is_finite(*trees: ArrayTree) -> Array:
+    """True when every element of every leaf of ``trees`` is finite (the non-finite guard)."""
+    leaves = [leaf for tree in trees for leaf in jax.tree.leaves(tree)]
+    return functools.reduce(
+        jnp.logical_and, (jnp.all(jnp.isfinite(leaf)) for leaf in leaves), jnp.array(True)
+    )
+
+
+def accept(is_accepted: Array, state: NamedTuple, **proposed) -> NamedTuple:
+    """``state`` with the named fields replaced by ``proposed`` where ``is_accepted``.
+
+    Only the fields that move are selected, so large fields that the proposal does not
+    change (a ``d x d`` square root) are never copied. Fields are pytrees (positions in
+    the user's structure).
+    """
+    current = {name: getattr(state, name) for name in proposed}
+    return state._replace(**select(is_accepted, proposed, current))

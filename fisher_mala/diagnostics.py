@@ -166,7 +166,7 @@ def to_arviz(result):
 
     ``sample_stats`` uses ArviZ's names: ``lp`` (log density), ``acceptance_rate``,
     ``step_size`` (the frozen ``sigma^2`` per chain, repeated over draws), ``diverging``
-    (a non-finite proposal) and ``is_accepted``.
+    (a non-finite proposal, or a divergent NUTS / HMC trajectory) and ``is_accepted``.
     """
     import arviz as az
 
@@ -177,7 +177,9 @@ def to_arviz(result):
         "lp": np.asarray(stats["logdensity"]),
         "acceptance_rate": np.asarray(stats["acceptance_rate"]),
         "is_accepted": np.asarray(stats["is_accepted"]),
-        "diverging": ~np.asarray(stats["proposal_is_finite"]),
+        "diverging": np.asarray(
+            stats.get("is_divergent", ~np.asarray(stats["proposal_is_finite"]))
+        ),
         "step_size": np.asarray(step),
     }
     return az.from_dict(

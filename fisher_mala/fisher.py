@@ -48,17 +48,18 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, select
-from fisher_mala.proposals import LangevinTransition, langevin_transition, normalized_step_size
-from fisher_mala.pytree import flat_logdensity_and_grad, ravel
-from fisher_mala.sqrt_precond import (
-    centered_coefficients,
-    fisher_coefficients,
-    initial_sqrt_precond,
-    rank_one_update,
-    schedule_coefficients,
-    whitened_product,
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, accept
+from fisher_mala.preconditioner import (
+    DAMPING,
+    SIGNALS,
+    FisherPreconditionerState,
+    carry_whitened,
+    fisher_preconditioner,
+    whitened_signal,
 )
+from fisher_mala.preconditioner import refresh_trace as _refresh_trace
+from fisher_mala.proposals import langevin_transition, normalized_step_size
+from fisher_mala.pytree import flat_logdensity_and_grad, ravel
 from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
 
 __all__ = [
@@ -73,11 +74,6 @@ __all__ = [
     "as_top_level_api",
     "fisher_mala",
 ]
-
-#: The adaptation signals (see the module docstring).
-SIGNALS = ("rao_blackwell", "increment", "score", "centered")
-#: Algorithm 1's default damping lambda (Section 5.1).
-DAMPING = 10.0
 
 
 class FisherMALAState(NamedTuple):
@@ -184,22 +180,17 @@ def state_from(
     """
     flat = ravel(position)
     dim, dtype = flat.shape[0], flat.dtype
-    if sqrt_precond is None:
-        sqrt_precond, trace_precond = initial_sqrt_precond(dim, damping, dtype)
-    else:
-        validation.check_sqrt_precond(sqrt_precond, dim)
-        sqrt_precond = jnp.asarray(sqrt_precond, dtype)
-        trace_precond = jnp.einsum("ij,ij->", sqrt_precond, sqrt_precond)
+    adaptation = fisher_preconditioner(damping).init(dim, dtype, sqrt_precond)
     return FisherMALAState(
         position=position,
         logdensity=logdensity,
         logdensity_grad=logdensity_grad,
-        sqrt_precond=sqrt_precond,
+        sqrt_precond=adaptation.sqrt_precond,
         step_size=jnp.asarray(step_size, dtype),
-        trace_precond=trace_precond,
-        whitened_grad=ravel(logdensity_grad) @ sqrt_precond,
-        whitened_mean_score=jnp.zeros(dim, dtype),
-        count=jnp.zeros((), jnp.int32),
+        trace_precond=adaptation.trace_precond,
+        whitened_grad=ravel(logdensity_grad) @ adaptation.sqrt_precond,
+        whitened_mean_score=adaptation.whitened_mean_score,
+        count=adaptation.count,
     )
 
 
@@ -209,21 +200,7 @@ def refresh_trace(state: FisherMALAState) -> FisherMALAState:
     The warm-up driver calls it every 1000 adaptive steps; see *Trace bookkeeping* in
     :mod:`fisher_mala.sqrt_precond` for the drift it removes.
     """
-    r = state.sqrt_precond
-    return state._replace(trace_precond=jnp.einsum("ij,ij->", r, r))
-
-
-def _whitened_signal(signal: str, proposal: LangevinTransition, state: FisherMALAState):
-    """``phi = R^T s_n`` for the chosen signal, with no pass over ``R``."""
-    difference = jnp.where(proposal.is_finite, proposal.whitened_grad - state.whitened_grad, 0.0)
-    if signal == "rao_blackwell":  # Eq. (16)
-        return jnp.sqrt(proposal.acceptance_rate) * difference
-    if signal == "increment":  # Eq. (15)
-        return jnp.where(proposal.is_accepted, difference, 0.0)
-    if signal == "score":  # raw score s_n = grad log pi(x_n)
-        return state.whitened_grad
-    # "centered", Appendix C: delta_n = s_n - sbar_{n-1}; no update of R at n = 1.
-    return state.whitened_grad - state.whitened_mean_score
+    return _refresh_trace(state)
 
 
 def build_kernel(
@@ -251,16 +228,9 @@ def build_kernel(
         step_size_learning_rate=0.015) -> (state, info)``.
     """
     validation.check_choice("signal", signal, SIGNALS)
-    # Appendix B's scale a > 1 makes the O(d) trace update unstable: recompute it.
-    exact_trace = learning_rate is not None and signal != "centered"
-
-    def coefficients(n, dtype):
-        if signal == "centered":
-            return centered_coefficients(n, dtype)
-        if learning_rate is None:
-            return fisher_coefficients(n, dtype)
-        gamma = learning_rate(n) if callable(learning_rate) else learning_rate
-        return schedule_coefficients(n, gamma, dtype)
+    adaptation = fisher_preconditioner(
+        learning_rate=learning_rate, centered=signal == "centered"
+    )  # the damping only enters through the initial state
 
     def kernel(
         rng_key,
@@ -269,10 +239,10 @@ def build_kernel(
         target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
         step_size_learning_rate=LEARNING_RATE,
     ) -> tuple[FisherMALAState, FisherMALAInfo]:
+        # 1. preconditioned MALA with the R of the state (u_x = R^T g_x cached with it)
         position, unravel = ravel_pytree(state.position)
-        dim, dtype = position.shape[0], position.dtype
         sqrt_precond = state.sqrt_precond
-        step = normalized_step_size(state.step_size, state.trace_precond, dim)
+        step = normalized_step_size(state.step_size, state.trace_precond, position.shape[0])
         proposal = langevin_transition(
             rng_key,
             position,
@@ -285,41 +255,44 @@ def build_kernel(
         )
         accepted = proposal.is_accepted
         info = FisherMALAInfo(proposal.acceptance_rate, accepted, proposal.is_finite, step)
-        whitened_grad = jnp.where(accepted, proposal.whitened_grad, state.whitened_grad)
-        moved = state._replace(
-            position=unravel(jnp.where(accepted, proposal.position, position)),
-            logdensity=jnp.where(accepted, proposal.logdensity, state.logdensity),
-            logdensity_grad=select(
-                accepted, unravel(proposal.logdensity_grad), state.logdensity_grad
-            ),
-            whitened_grad=whitened_grad,
+        moved = accept(
+            accepted,
+            state,
+            position=unravel(proposal.position),
+            logdensity=proposal.logdensity,
+            logdensity_grad=unravel(proposal.logdensity_grad),
+            whitened_grad=proposal.whitened_grad,
         )
         if not adapt:
             return moved, info
 
-        count = state.count + 1
-        phi = _whitened_signal(signal, proposal, state)
-        mean_score = state.whitened_mean_score
-        if signal == "centered":
-            delta = phi
-            phi = jnp.where(count >= 2, delta, 0.0)
-            mean_score = mean_score + delta / count.astype(dtype)  # R^T sbar_n, old R
-        scale, weight = coefficients(count, dtype)
-        update = rank_one_update(sqrt_precond, state.trace_precond, phi, scale, weight, exact_trace)
+        # 2. the Fisher adaptation, fed the whitened signal (no pass over R)
+        phi = whitened_signal(
+            signal,
+            state.whitened_grad,
+            proposal.whitened_grad,
+            proposal.acceptance_rate,
+            accepted,
+            proposal.is_finite,
+        )
+        precond = FisherPreconditionerState(
+            sqrt_precond, state.trace_precond, state.whitened_mean_score, state.count
+        )
+        precond, update = adaptation.update(precond, phi)  # passes 3 and 4
+        # 3. the step-size rule of Algorithm 1
+        new_step = adapt_step_size(
+            state.step_size,
+            proposal.acceptance_rate,
+            target_acceptance_rate,
+            step_size_learning_rate,
+        )
         new_state = moved._replace(
-            sqrt_precond=update.sqrt_precond,  # passes 3 and 4
-            trace_precond=update.trace_precond,
-            whitened_grad=whitened_product(update, whitened_grad),
-            whitened_mean_score=(
-                whitened_product(update, mean_score) if signal == "centered" else mean_score
-            ),
-            step_size=adapt_step_size(
-                state.step_size,
-                proposal.acceptance_rate,
-                target_acceptance_rate,
-                step_size_learning_rate,
-            ),
-            count=count,
+            sqrt_precond=precond.sqrt_precond,
+            trace_precond=precond.trace_precond,
+            whitened_grad=carry_whitened(update, moved.whitened_grad),
+            whitened_mean_score=precond.whitened_mean_score,
+            step_size=new_step,
+            count=precond.count,
         )
         return new_state, info
 
@@ -390,7 +363,7 @@ def as_top_level_api(
     Returns
     -------
     SamplingAlgorithm
-        ``init(position, sqrt_precond=None)`` and a jit-compiled
+        ``init(position, rng_key=None, sqrt_precond=None)`` and a jit-compiled
         ``step(rng_key, state) -> (state, info)``.
 
     Examples
@@ -415,7 +388,8 @@ def as_top_level_api(
         raise TypeError(f"`logdensity_fn` must be callable, got {logdensity_fn!r}.")
     kernel = build_kernel(signal, learning_rate, adapt)
 
-    def init_fn(position, sqrt_precond=None):
+    def init_fn(position, rng_key=None, sqrt_precond=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
         return init(position, logdensity_fn, step_size, damping, sqrt_precond)
 
     @jax.jit

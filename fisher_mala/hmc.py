@@ -16,11 +16,19 @@ import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala.base import ArrayTree, select
+from fisher_mala import validation
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, is_finite
 from fisher_mala.proposals import metropolis_hastings
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
 
-__all__ = ["HMCState", "HMCInfo", "init", "build_kernel", "NUM_INTEGRATION_STEPS"]
+__all__ = [
+    "HMCState",
+    "HMCInfo",
+    "init",
+    "build_kernel",
+    "as_top_level_api",
+    "NUM_INTEGRATION_STEPS",
+]
 
 #: The paper's fixed number of leapfrog steps.
 NUM_INTEGRATION_STEPS = 10
@@ -47,7 +55,9 @@ class HMCInfo(NamedTuple):
 
 
 def init(position: ArrayTree, logdensity_fn: Callable) -> HMCState:
-    """Evaluate the log density and gradient at ``position``."""
+    """Evaluate the log density and gradient at ``position`` (validates the inputs)."""
+    validation.check_position(position)
+    validation.check_logdensity(logdensity_fn, position)
     logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
     return HMCState(position, logdensity, grad)
 
@@ -79,16 +89,46 @@ def build_kernel(
         log_ratio = (logdensity_y - 0.5 * jnp.dot(p1, p1)) - (
             state.logdensity - 0.5 * jnp.dot(p0, p0)
         )
-        is_finite = jnp.isfinite(log_ratio) & jnp.all(jnp.isfinite(grad_y))
-        is_finite &= jnp.all(jnp.isfinite(y))
-        divergent = ~is_finite | (jnp.abs(log_ratio) > divergence_threshold)
-        log_ratio = jnp.where(is_finite, log_ratio, -jnp.inf)
+        finite = is_finite(log_ratio, grad_y, y)
+        divergent = ~finite | (jnp.abs(log_ratio) > divergence_threshold)
+        log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
         accepted, rate = metropolis_hastings(key_accept, log_ratio)
-        new_state = HMCState(
-            unravel(jnp.where(accepted, y, x)),
-            jnp.where(accepted, logdensity_y, state.logdensity),
-            select(accepted, unravel(grad_y), state.logdensity_grad),
+        new_state = accept(
+            accepted,
+            state,
+            position=unravel(y),
+            logdensity=logdensity_y,
+            logdensity_grad=unravel(grad_y),
         )
-        return new_state, HMCInfo(rate, accepted, is_finite, divergent, -log_ratio)
+        return new_state, HMCInfo(rate, accepted, finite, divergent, -log_ratio)
 
     return kernel
+
+
+def as_top_level_api(
+    logdensity_fn: Callable,
+    step_size,
+    num_integration_steps: int = NUM_INTEGRATION_STEPS,
+    divergence_threshold: float = DIVERGENCE_THRESHOLD,
+) -> SamplingAlgorithm:
+    """HMC with an identity mass matrix and a fixed leapfrog step ``step_size``.
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
+    """
+    validation.check_positive("step_size", step_size, "It is the leapfrog step size.")
+    if int(num_integration_steps) < 1:
+        raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
+    kernel = build_kernel(int(num_integration_steps), divergence_threshold)
+
+    def init_fn(position, rng_key=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+        return init(position, logdensity_fn)
+
+    @jax.jit
+    def step_fn(rng_key, state):
+        return kernel(rng_key, state, logdensity_fn, step_size)
+
+    return SamplingAlgorithm(init_fn, step_fn)

@@ -7,10 +7,12 @@ The proposal is the normalized one of Eq. (7)::
 plain MALA when ``sqrt_precond`` is ``None`` (``A = I``, ``s = sigma^2``). Proposal and
 acceptance come from :mod:`fisher_mala.proposals`, shared with FisherMALA.
 
-Cost per step: one log density and gradient evaluation and, with a preconditioner,
-two passes over ``R`` (``R w`` for the proposal, ``g_y^T R`` for the whitened gradient,
-which is cached in the state for the next step). ``tr(A)`` is computed once, when the
-algorithm is built.
+``R`` is a *call argument* of the kernel, as BlackJAX's tuning parameters are, so an
+external adaptation may change it between any two steps. The state therefore caches
+nothing derived from ``R``: it holds the position, the log density and its gradient, as
+``blackjax.mala`` does, and a step makes three passes over ``R`` (``g_x^T R``, ``R w``,
+``g_y^T R``). FisherMALA, whose ``R`` lives in its state, caches ``R^T g`` and needs two.
+``tr(A)`` is computed once, when the top-level algorithm is built.
 """
 
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, select
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, accept
 from fisher_mala.proposals import langevin_transition, normalized_step_size
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
 
@@ -30,7 +32,7 @@ __all__ = ["MALAState", "MALAInfo", "init", "build_kernel", "as_top_level_api", 
 
 
 class MALAState(NamedTuple):
-    """State of (preconditioned) MALA.
+    """State of (preconditioned) MALA, as ``blackjax.mala``'s.
 
     Attributes
     ----------
@@ -40,15 +42,11 @@ class MALAState(NamedTuple):
         ``log pi(position)``.
     logdensity_grad
         Its gradient, in the position's structure.
-    whitened_grad
-        The flat ``R^T grad`` (the flat gradient itself for plain MALA), cached so that
-        a step makes two passes over ``R`` rather than three.
     """
 
     position: ArrayTree
     logdensity: Array
     logdensity_grad: ArrayTree
-    whitened_grad: Array
 
 
 class MALAInfo(NamedTuple):
@@ -76,17 +74,12 @@ def _preconditioner_maps(sqrt_precond):
     return (lambda w: sqrt_precond @ w), (lambda g: g @ sqrt_precond)
 
 
-def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond: Array | None = None):
+def init(position: ArrayTree, logdensity_fn: Callable) -> MALAState:
     """Create the initial :class:`MALAState` (validates the inputs first)."""
     validation.check_position(position)
     validation.check_logdensity(logdensity_fn, position)
-    flat, _ = ravel_pytree(position)
-    if sqrt_precond is not None:
-        validation.check_sqrt_precond(sqrt_precond, flat.shape[0])
-        sqrt_precond = jnp.asarray(sqrt_precond, flat.dtype)
     logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
-    _, whiten = _preconditioner_maps(sqrt_precond)
-    return MALAState(position, logdensity, grad, whiten(ravel(grad)))
+    return MALAState(position, logdensity, grad)
 
 
 def build_kernel() -> Callable:
@@ -97,8 +90,8 @@ def build_kernel() -> Callable:
     kernel
         ``kernel(rng_key, state, logdensity_fn, step_size, sqrt_precond=None,
         trace_precond=None) -> (state, info)``. ``step_size`` is the un-normalized
-        ``sigma^2``; ``trace_precond = tr(R R^T)`` is recomputed (one extra pass) when
-        not given.
+        ``sigma^2``; ``sqrt_precond`` a ``(d, d)`` square root ``R``;
+        ``trace_precond = tr(R R^T)`` is recomputed (one extra pass) when not given.
     """
 
     def kernel(
@@ -113,6 +106,7 @@ def build_kernel() -> Callable:
         dim = position.shape[0]
         step = jnp.asarray(step_size, position.dtype)
         if sqrt_precond is not None:
+            validation.check_sqrt_precond_shape(sqrt_precond, dim)
             if trace_precond is None:
                 trace_precond = jnp.sum(sqrt_precond * sqrt_precond)
             step = normalized_step_size(step, trace_precond, dim)
@@ -121,20 +115,20 @@ def build_kernel() -> Callable:
             rng_key,
             position,
             state.logdensity,
-            state.whitened_grad,
+            whiten(ravel(state.logdensity_grad)),
             step,
             flat_logdensity_and_grad(logdensity_fn, unravel),
             color,
             whiten,
         )
-        accepted = proposal.is_accepted
-        new_state = MALAState(
-            unravel(jnp.where(accepted, proposal.position, position)),
-            jnp.where(accepted, proposal.logdensity, state.logdensity),
-            select(accepted, unravel(proposal.logdensity_grad), state.logdensity_grad),
-            jnp.where(accepted, proposal.whitened_grad, state.whitened_grad),
+        new_state = accept(
+            proposal.is_accepted,
+            state,
+            position=unravel(proposal.position),
+            logdensity=proposal.logdensity,
+            logdensity_grad=unravel(proposal.logdensity_grad),
         )
-        info = MALAInfo(proposal.acceptance_rate, accepted, proposal.is_finite)
+        info = MALAInfo(proposal.acceptance_rate, proposal.is_accepted, proposal.is_finite)
         return new_state, info
 
     return kernel
@@ -158,7 +152,7 @@ def as_top_level_api(
     Returns
     -------
     SamplingAlgorithm
-        ``init(position)`` and a jit-compiled ``step(rng_key, state)``.
+        ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
 
     Examples
     --------
@@ -171,16 +165,16 @@ def as_top_level_api(
     trace_precond = None
     if sqrt_precond is not None:
         sqrt_precond = jnp.asarray(sqrt_precond)
-        if sqrt_precond.ndim != 2 or sqrt_precond.shape[0] != sqrt_precond.shape[1]:
-            raise ValueError(
-                f"`sqrt_precond` must be a square (d, d) matrix, got {sqrt_precond.shape}."
-            )
+        validation.check_sqrt_precond_shape(sqrt_precond, None)
         trace_precond = jnp.sum(sqrt_precond * sqrt_precond)
         validation.check_positive("tr(sqrt_precond @ sqrt_precond.T)", trace_precond)
     kernel = build_kernel()
 
-    def init_fn(position):
-        return init(position, logdensity_fn, sqrt_precond)
+    def init_fn(position, rng_key=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+        if sqrt_precond is not None:
+            validation.check_sqrt_precond(sqrt_precond, ravel(position).shape[0])
+        return init(position, logdensity_fn)
 
     @jax.jit
     def _step(rng_key, state, sqrt_precond, trace_precond):

@@ -32,11 +32,19 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from fisher_mala.base import ArrayTree, select
+from fisher_mala import validation
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, is_finite
 from fisher_mala.proposals import metropolis_hastings
 from fisher_mala.pytree import ravel
 
-__all__ = ["MMALAState", "MMALAInfo", "regularized_cholesky", "init", "build_kernel"]
+__all__ = [
+    "MMALAState",
+    "MMALAInfo",
+    "regularized_cholesky",
+    "init",
+    "build_kernel",
+    "as_top_level_api",
+]
 
 
 class MMALAState(NamedTuple):
@@ -145,23 +153,46 @@ def build_kernel(metric_fn: Callable | None = None) -> Callable:
         back = chol_y.T @ (x - mean_y)
         log_q_back = 0.5 * logdet_y - 0.5 * jnp.dot(back, back) / step
         log_q_forward = 0.5 * state.metric_logdet - 0.5 * jnp.dot(eta, eta)
-        is_finite = (
-            jnp.isfinite(logdensity_y)
-            & jnp.all(jnp.isfinite(grad_y))
-            & jnp.all(jnp.isfinite(natural_y))
-            & jnp.isfinite(logdet_y)
-        )
+        finite = is_finite(logdensity_y, grad_y, natural_y, logdet_y)
         log_ratio = logdensity_y - state.logdensity + log_q_back - log_q_forward
-        log_ratio = jnp.where(is_finite, log_ratio, -jnp.inf)
+        log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
         accepted, rate = metropolis_hastings(key_accept, log_ratio)
-        new_state = MMALAState(
-            unravel(jnp.where(accepted, y, x)),
-            jnp.where(accepted, logdensity_y, state.logdensity),
-            select(accepted, unravel(grad_y), state.logdensity_grad),
-            jnp.where(accepted, chol_y, state.metric_chol),
-            jnp.where(accepted, natural_y, state.natural_grad),
-            jnp.where(accepted, logdet_y, state.metric_logdet),
+        new_state = accept(
+            accepted,
+            state,
+            position=unravel(y),
+            logdensity=logdensity_y,
+            logdensity_grad=unravel(grad_y),
+            metric_chol=chol_y,
+            natural_grad=natural_y,
+            metric_logdet=logdet_y,
         )
-        return new_state, MMALAInfo(rate, accepted, is_finite, tau)
+        return new_state, MMALAInfo(rate, accepted, finite, tau)
 
     return kernel
+
+
+def as_top_level_api(
+    logdensity_fn: Callable, step_size, metric_fn: Callable | None = None
+) -> SamplingAlgorithm:
+    """Simplified manifold MALA with a fixed ``sigma^2`` (the module docstring).
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
+    """
+    validation.check_positive("step_size", step_size, "It is sigma^2 of the proposal.")
+    kernel = build_kernel(metric_fn)
+
+    def init_fn(position, rng_key=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+        validation.check_position(position)
+        validation.check_logdensity(logdensity_fn, position)
+        return init(position, logdensity_fn, metric_fn)
+
+    @jax.jit
+    def step_fn(rng_key, state):
+        return kernel(rng_key, state, logdensity_fn, step_size)
+
+    return SamplingAlgorithm(init_fn, step_fn)

@@ -31,22 +31,33 @@ import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala.base import ArrayTree
+from fisher_mala import validation
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, is_finite
 from fisher_mala.fisher import FisherMALAInfo
+from fisher_mala.preconditioner import (
+    FisherPreconditionerState,
+    carry_whitened,
+    fisher_preconditioner,
+    whitened_signal,
+)
+from fisher_mala.preconditioner import refresh_trace as _refresh_trace
 from fisher_mala.proposals import (
     log_proposal_ratio,
     metropolis_hastings,
     normalized_step_size,
     whitened_increment,
 )
-from fisher_mala.sqrt_precond import (
-    block_whitened_product,
-    initial_sqrt_precond,
-    rank_block_update,
-)
+from fisher_mala.sqrt_precond import initial_sqrt_precond
 from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
 
-__all__ = ["PooledFisherState", "init", "state_from", "build_kernel", "refresh_trace"]
+__all__ = [
+    "PooledFisherState",
+    "init",
+    "state_from",
+    "build_kernel",
+    "refresh_trace",
+    "as_top_level_api",
+]
 
 
 class PooledFisherState(NamedTuple):
@@ -113,8 +124,7 @@ def init(positions: ArrayTree, logdensity_fn: Callable, step_size, damping=10.0)
 
 def refresh_trace(state: PooledFisherState) -> PooledFisherState:
     """Recompute ``tr(R R^T)`` exactly (see :func:`fisher_mala.fisher.refresh_trace`)."""
-    r = state.sqrt_precond
-    return state._replace(trace_precond=jnp.einsum("ij,ij->", r, r))
+    return _refresh_trace(state)
 
 
 def build_kernel(adapt: bool = True) -> Callable:
@@ -122,6 +132,7 @@ def build_kernel(adapt: bool = True) -> Callable:
 
     ``info`` is a :class:`~fisher_mala.fisher.FisherMALAInfo` with a chain axis.
     """
+    adaptation = fisher_preconditioner()  # the damping only enters through the state
 
     def kernel(
         rng_key,
@@ -141,44 +152,75 @@ def build_kernel(adapt: bool = True) -> Callable:
         value_and_grad = jax.vmap(jax.value_and_grad(lambda z: logdensity_fn(unravel_one(z))))
         logdensity_y, grad_y = value_and_grad(y)  # one evaluation per chain
         u_y = grad_y @ r  # all chains' R^T g_y: one read of R
-        finite = (
-            jnp.isfinite(logdensity_y)
-            & jnp.all(jnp.isfinite(grad_y), axis=1)
-            & jnp.all(jnp.isfinite(u_y), axis=1)
-        )
+        finite = jax.vmap(is_finite)(logdensity_y, grad_y, u_y)
         ratio = logdensity_y - state.logdensity
         ratio += jax.vmap(log_proposal_ratio, (0, 0, 0, None))(w, state.whitened_grad, u_y, step)
         ratio = jnp.where(finite, ratio, -jnp.inf)
         accepted, alpha = jax.vmap(metropolis_hastings)(accept_keys, ratio)
-        take = accepted[:, None]
-        flat_grad = _flatten_batch(state.logdensity_grad)[0]
-        new_x = jnp.where(take, y, x)
-        new_grad = jnp.where(take, grad_y, flat_grad)
-        whitened = jnp.where(take, u_y, state.whitened_grad)
         info = FisherMALAInfo(alpha, accepted, finite, jnp.broadcast_to(step, alpha.shape))
-        new_state = state._replace(
-            position=unravel(new_x),
-            logdensity=jnp.where(accepted, logdensity_y, state.logdensity),
-            logdensity_grad=unravel(new_grad),
-            whitened_grad=whitened,
+        new_state = accept(
+            accepted,
+            state,
+            position=unravel(y),
+            logdensity=logdensity_y,
+            logdensity_grad=unravel(grad_y),
+            whitened_grad=u_y,
         )
         if not adapt:
             return new_state, info
-        phis = jnp.where(finite[:, None], u_y - state.whitened_grad, 0.0)
-        phis = jnp.sqrt(alpha)[:, None] * phis  # Eq. (16), one row per chain
-        update = rank_block_update(r, state.trace_precond, phis)
+        # Eq. (16), one row per chain, absorbed by the rank-C form of Proposition 4
+        phis = whitened_signal("rao_blackwell", state.whitened_grad, u_y, alpha, accepted, finite)
+        precond = FisherPreconditionerState(
+            r, state.trace_precond, jnp.zeros((), r.dtype), state.count
+        )
+        precond, update = adaptation.update(precond, phis)
         new_state = new_state._replace(
-            sqrt_precond=update.sqrt_precond,
-            trace_precond=update.trace_precond,
-            whitened_grad=block_whitened_product(update, whitened),
+            sqrt_precond=precond.sqrt_precond,
+            trace_precond=precond.trace_precond,
+            whitened_grad=carry_whitened(update, new_state.whitened_grad),
             step_size=adapt_step_size(
                 state.step_size,
                 jnp.mean(alpha),
                 target_acceptance_rate,
                 step_size_learning_rate,
             ),
-            count=state.count + 1,
+            count=precond.count,
         )
         return new_state, info
 
     return kernel
+
+
+def as_top_level_api(
+    logdensity_fn: Callable,
+    step_size,
+    damping=10.0,
+    target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
+    step_size_learning_rate=LEARNING_RATE,
+    adapt: bool = True,
+) -> SamplingAlgorithm:
+    """Pooled FisherMALA: ``init(positions)`` takes all chains (leading axis) at once.
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(positions, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``
+        that moves every chain.
+    """
+    validation.check_positive("step_size", step_size, "It is sigma^2 of Algorithm 1.")
+    validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
+    kernel = build_kernel(adapt)
+
+    def init_fn(positions, rng_key=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+        validation.check_position(positions)
+        validation.check_logdensity(logdensity_fn, jax.tree.map(lambda x: x[0], positions))
+        return init(positions, logdensity_fn, step_size, damping)
+
+    @jax.jit
+    def step_fn(rng_key, state):
+        return kernel(
+            rng_key, state, logdensity_fn, target_acceptance_rate, step_size_learning_rate
+        )
+
+    return SamplingAlgorithm(init_fn, step_fn)

@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from fisher_mala.base import is_finite
+
 __all__ = [
     "LangevinTransition",
     "h_function",
@@ -162,17 +164,13 @@ def langevin_transition(
     new_position = position + color(increment)
     new_logdensity, new_grad = logdensity_and_grad_fn(new_position)
     new_whitened = whiten(new_grad)
-    is_finite = (
-        jnp.isfinite(new_logdensity)
-        & jnp.all(jnp.isfinite(new_grad))
-        & jnp.all(jnp.isfinite(new_whitened))
-    )
+    finite = is_finite(new_logdensity, new_grad, new_whitened)
     log_ratio = (
         new_logdensity
         - logdensity
         + log_proposal_ratio(increment, whitened_grad, new_whitened, step_size)
     )
-    log_ratio = jnp.where(is_finite, log_ratio, -jnp.inf)
+    log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
     is_accepted, acceptance_rate = metropolis_hastings(key_accept, log_ratio)
     return LangevinTransition(
         position=new_position,
@@ -183,5 +181,5 @@ def langevin_transition(
         log_acceptance_ratio=log_ratio,
         acceptance_rate=acceptance_rate,
         is_accepted=is_accepted,
-        is_finite=is_finite,
+        is_finite=finite,
     )

@@ -10,6 +10,7 @@ A BlackJAX-style ``SamplingAlgorithm(init, step)`` is also accepted: its warm-up
 plain burn-in of ``num_warmup`` steps without adaptation.
 """
 
+import inspect
 import time
 import warnings
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import fisher, hmc, mala, mmala, pooled, validation
+from fisher_mala import fisher, hmc, mala, mmala, pooled, validation, whitened_hmc
 from fisher_mala.adaptation import (
     FisherMALAWarmup,
     MALAWarmup,
@@ -36,6 +37,7 @@ from fisher_mala.baseline_warmups import (
     PooledFisherMALAWarmup,
 )
 from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.whitened_warmup import FisherHMCWarmup
 
 __all__ = ["Sampler", "SamplingResult", "register_sampler", "samplers", "sample"]
 
@@ -52,13 +54,14 @@ class Sampler(NamedTuple):
         ``(logdensity_fn, **options) -> step`` with ``step(key, state, parameters) ->
         (state, info)``, the frozen kernel of the sampling phase.
     grad_evals_per_step
-        Gradient evaluations of one sampling step (for ``num_grad_evals``), or a
-        function of the dimension ``d``.
+        Gradient evaluations of one sampling step (for ``num_grad_evals``), a
+        function of the dimension ``d``, or ``None`` to count the
+        ``num_integration_steps`` that each step's info reports (NUTS).
     """
 
     warmup: Callable
     sampling_kernel: Callable
-    grad_evals_per_step: int | Callable[[int], int] = 1
+    grad_evals_per_step: int | Callable[[int], int] | None = 1
 
 
 _SAMPLERS: dict[str, Sampler] = {}
@@ -126,6 +129,46 @@ def _pooled_sampling_kernel(logdensity_fn, **options):
     return step
 
 
+def _whitened_sampling_kernel(algorithm: str) -> Callable:
+    def make(
+        logdensity_fn,
+        pooled=False,
+        max_num_doublings=10,
+        num_integration_steps=None,
+        divergence_threshold=1000.0,
+        **options,
+    ):
+        kernel = whitened_hmc.build_kernel(algorithm, divergence_threshold=divergence_threshold)
+
+        def one(key, state, step_size):
+            return kernel(
+                key,
+                state,
+                logdensity_fn,
+                step_size,
+                num_integration_steps,
+                max_num_doublings,
+            )
+
+        def step(key, state, parameters):  # R is in the state
+            return one(key, state, parameters.step_size)
+
+        def step_all(key, states, parameters):  # pooled: every chain at once
+            keys = jax.random.split(key, jnp.shape(parameters.step_size)[0])
+            return jax.vmap(one)(keys, states, parameters.step_size)
+
+        return step_all if pooled else step
+
+    return make
+
+
+def _whitened_warmup(algorithm: str) -> Callable:
+    def make(logdensity_fn, **options):
+        return FisherHMCWarmup(logdensity_fn, algorithm, **options)
+
+    return make
+
+
 register_sampler("mala", Sampler(MALAWarmup, _mala_sampling_kernel))
 # C chains sharing one R (fisher_mala.pooled); also `fm.sample(..., "fisher_mala", pooled=True)`.
 register_sampler("pooled_fisher_mala", Sampler(PooledFisherMALAWarmup, _pooled_sampling_kernel))
@@ -144,23 +187,54 @@ register_sampler(
 )
 
 
+# NUTS / HMC in the coordinates whitened by the learned R (fisher_mala.whitened_hmc).
+for _name in whitened_hmc.ALGORITHMS:
+    register_sampler(
+        f"fisher_{_name}",
+        Sampler(_whitened_warmup(_name), _whitened_sampling_kernel(_name), None),
+    )
+
+
+def _init_with_key(algorithm, position, rng_key):
+    """``algorithm.init(position, rng_key)`` if it takes a key (BlackJAX's do), else without."""
+    try:
+        parameters = inspect.signature(algorithm.init).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return algorithm.init(position)
+    positional = [
+        p
+        for p in parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    if len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional):
+        return algorithm.init(position, rng_key)
+    return algorithm.init(position)
+
+
+def _info_field(info, name, default):
+    value = getattr(info, name, None)
+    return default if value is None else value
+
+
 class _BurnIn:
     """Warm-up of a user-supplied ``SamplingAlgorithm``: steps without adaptation."""
 
-    def __init__(self, algorithm: SamplingAlgorithm):
+    def __init__(self, algorithm):
         self.algorithm = algorithm
 
     def run(self, rng_key, position, num_steps, progress=None):
-        state = self.algorithm.init(position)
+        key_init, rng_key = jax.random.split(rng_key)
+        state = _init_with_key(self.algorithm, position, key_init)
 
         def body(state, iteration):
             return self.algorithm.step(jax.random.fold_in(rng_key, iteration), state)
 
         state, info = scan_with_progress(body, state, num_steps, 0, progress)
-        rates = getattr(info, "acceptance_rate", jnp.zeros(num_steps))
-        accepted = getattr(info, "is_accepted", jnp.zeros(num_steps, bool))
-        finite = getattr(info, "proposal_is_finite", jnp.ones(num_steps, bool))
-        out = WarmupInfo(rates, accepted, finite, jnp.nan, jnp.asarray(num_steps), None)
+        rates = _info_field(info, "acceptance_rate", jnp.full(num_steps, jnp.nan))
+        accepted = _info_field(info, "is_accepted", jnp.ones(num_steps, bool))
+        finite = _info_field(info, "proposal_is_finite", jnp.ones(num_steps, bool))
+        evals = jnp.sum(_info_field(info, "num_integration_steps", jnp.ones(num_steps, int)))
+        out = WarmupInfo(rates, accepted, finite, jnp.nan, evals, None)
         return (state, WarmupParameters(jnp.nan, None)), out
 
 
@@ -308,9 +382,17 @@ def sample(
     thinning = _check_count("thinning", thinning, 1)
     if thinning > num_samples:
         raise ValueError(f"`thinning` ({thinning}) exceeds `num_samples` ({num_samples}).")
-    if isinstance(sampler, SamplingAlgorithm):
+    if not isinstance(sampler, str):
+        if not (
+            callable(getattr(sampler, "init", None)) and callable(getattr(sampler, "step", None))
+        ):
+            raise TypeError(
+                "`sampler` must be a name from fm.samplers() or an algorithm with "
+                f"`init(position)` and `step(rng_key, state)` (e.g. blackjax.nuts(...)); "
+                f"got {sampler!r}."
+            )
         name, warmup = "custom", _BurnIn(sampler)
-        grad_evals_per_step = 1
+        grad_evals_per_step = None  # from info.num_integration_steps when reported, else 1
         user_step = sampler.step
 
         def sampling_step(key, state, parameters):
@@ -321,10 +403,13 @@ def sample(
             raise TypeError(f"Options {sorted(options)} are not used with a custom algorithm.")
     else:
         validation.check_choice("sampler", sampler, samplers())
-        if options.pop("pooled", False):
-            if sampler != "fisher_mala":
-                raise ValueError("`pooled=True` is available for sampler='fisher_mala' only.")
+        if sampler == "fisher_mala" and options.pop("pooled", False):
             sampler = "pooled_fisher_mala"
+        elif "pooled" in options and not sampler.startswith("fisher_"):
+            raise ValueError(
+                "`pooled` is available for sampler='fisher_mala', 'fisher_nuts' and "
+                "'fisher_hmc' only."
+            )
         spec = _SAMPLERS[sampler]
         name, grad_evals_per_step = sampler, spec.grad_evals_per_step
         if sampler == "hmc" and "num_integration_steps" in options:
@@ -356,12 +441,20 @@ def sample(
 
             state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
             last = jax.tree.map(lambda x: x[-1], infos)
-            finite = getattr(last, "proposal_is_finite", jnp.ones_like(last.is_accepted))
+            yes = jnp.ones(jnp.shape(state.logdensity), bool)
+            finite = _info_field(last, "proposal_is_finite", yes)
+            per_step = 1 if grad_evals_per_step is None else grad_evals_per_step
+            evals = _info_field(infos, "num_integration_steps", None)
+            evals = thinning * per_step if evals is None else jnp.sum(evals, axis=0)
             stats = {
                 "logdensity": state.logdensity,
-                "acceptance_rate": last.acceptance_rate,
-                "is_accepted": last.is_accepted,
+                "acceptance_rate": _info_field(
+                    last, "acceptance_rate", jnp.full(yes.shape, jnp.nan)
+                ),
+                "is_accepted": _info_field(last, "is_accepted", yes),
                 "proposal_is_finite": finite,
+                "is_divergent": _info_field(last, "is_divergent", ~finite),
+                "num_grad_evals": jnp.broadcast_to(evals, yes.shape).astype(jnp.int32),
             }
             return state, (state.position, stats)
 
@@ -402,7 +495,10 @@ def sample(
     finally:
         for bar in bars:
             bar.close()
-    num_grad_evals = np.asarray(warmup_info.num_grad_evals) + num_samples * grad_evals_per_step
+    # The recorded draws' counts cover every step (thinned steps included).
+    num_grad_evals = np.asarray(warmup_info.num_grad_evals) + np.asarray(
+        stats.pop("num_grad_evals")
+    ).sum(-1)
     result = SamplingResult(
         sampler=name,
         samples=samples,

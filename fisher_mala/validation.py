@@ -20,6 +20,7 @@ __all__ = [
     "check_position",
     "check_logdensity",
     "check_sqrt_precond",
+    "check_sqrt_precond_shape",
 ]
 
 
@@ -147,14 +148,24 @@ def check_logdensity(logdensity_fn: Callable, position) -> None:
         )
 
 
+def check_sqrt_precond_shape(sqrt_precond, dim: int | None) -> None:
+    """Check that ``sqrt_precond`` is a square ``(dim, dim)`` matrix (static: works under jit).
+
+    ``dim=None`` checks squareness only. A vector (e.g. the diagonal of a preconditioner)
+    is refused rather than broadcast, which would tie every coordinate together.
+    """
+    shape = jnp.shape(sqrt_precond)
+    if len(shape) != 2 or shape[0] != shape[1] or (dim is not None and shape[0] != dim):
+        expected = f"({dim}, {dim})" if dim is not None else "square (d, d)"
+        raise ValueError(
+            f"`sqrt_precond` must be a {expected} matrix R with A = R R^T, got shape {shape}. "
+            "For a diagonal preconditioner pass `jnp.diag(jnp.sqrt(variances))`."
+        )
+
+
 def check_sqrt_precond(sqrt_precond, dim: int) -> None:
     """Check that ``sqrt_precond`` is a finite, real ``(dim, dim)`` matrix."""
-    shape = jnp.shape(sqrt_precond)
-    if shape != (dim, dim):
-        raise ValueError(
-            f"`sqrt_precond` must have shape ({dim}, {dim}) for a position with {dim} "
-            f"elements, got {shape}."
-        )
+    check_sqrt_precond_shape(sqrt_precond, dim)
     if not jnp.issubdtype(jnp.result_type(sqrt_precond), jnp.floating):
         raise TypeError("`sqrt_precond` must be a real floating-point matrix.")
     if is_concrete(sqrt_precond) and not bool(np.all(np.isfinite(np.asarray(sqrt_precond)))):

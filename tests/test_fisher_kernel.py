@@ -83,7 +83,7 @@ def test_invariance_check_detects_a_wrong_kernel():
         return x + 0.5 * 0.4 * grad(x) + jnp.sqrt(0.4) * jax.random.normal(key, x.shape)
 
     class Alg:
-        init = staticmethod(lambda x: fm.MALAState(x, 0.0, x, x))
+        init = staticmethod(lambda x: fm.MALAState(x, 0.0, x))
 
         @staticmethod
         def step(key, state):

@@ -46,7 +46,7 @@ CASES = [
         jnp.zeros(2)), "integer operations are not differentiable"),
     ("overflowing gradient", lambda: fm.fisher_mala(lambda x: jnp.sum(jnp.exp(x**2)), 1.0).init(
         jnp.full(2, 30.0)), "gradient|finite"),
-    ("wrong R shape", lambda: fm.fisher_mala(ld, 1.0).init(jnp.zeros(3), jnp.eye(2)),
+    ("wrong R shape", lambda: fm.fisher_mala(ld, 1.0).init(jnp.zeros(3), sqrt_precond=jnp.eye(2)),
      "sqrt_precond.*\\(3, 3\\)"),
     # the driver
     ("unknown sampler", lambda: fm.sample(jax.random.key(0), "nuts", ld, jnp.zeros((2, 3))),

@@ -1,0 +1,299 @@
+"""Fisher NUTS and Fisher HMC: BlackJAX's kernels in whitened coordinates (layer 3).
+
+The paper's conclusion proposes to learn HMC's inverse mass matrix with the Fisher
+recursion and notes that HMC needs both the mass matrix and its inverse. The square root
+``R`` (``A = R R^T``) removes the difficulty: with ``x = x_n + R u``, HMC with inverse
+mass matrix ``A`` in ``x`` *is* HMC with the identity in ``u`` (the leapfrog map, the
+kinetic energy ``|R^T p|^2 / 2`` and NUTS's U-turn criterion ``p^T A p'`` are all carried
+by the affine map), so the sampler only ever needs
+
+* ``log pi(x_n + R u)``, whose gradient by autodiff is ``R^T grad log pi = g @ R``:
+  **two products with R per leapfrog step**, no inverse, no Cholesky factorization;
+* ``x_{n+1} = x_n + R u*`` once per transition.
+
+Each transition starts at ``u = 0`` (the current position), so nothing in the state
+depends on where an earlier transition anchored. ``R`` lives in the state together with
+the cached whitened gradient ``R^T grad log pi(x_n)`` it was computed with (a kernel must
+not cache a quantity derived from a call argument); :func:`init` builds a consistent
+state for any ``R``.
+
+BlackJAX (``pip install 'fisher_mala[blackjax]'``) provides the NUTS (multinomial,
+iterative tree building) and HMC transitions; this module only changes coordinates. A
+proposal whose log density or gradient is not finite is rejected and reported
+(``proposal_is_finite``); BlackJAX's divergence flag is passed through per draw.
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from fisher_mala import validation
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, accept, is_finite
+from fisher_mala.pytree import ravel
+
+__all__ = [
+    "ALGORITHMS",
+    "NUTS_TARGET_ACCEPTANCE",
+    "TRAJECTORY_LENGTH",
+    "FisherHMCState",
+    "FisherHMCInfo",
+    "require_blackjax",
+    "Whitened",
+    "whiten",
+    "init",
+    "build_kernel",
+    "as_top_level_api",
+    "fisher_nuts",
+    "fisher_hmc",
+]
+
+#: The BlackJAX transitions that can run in whitened coordinates.
+ALGORITHMS = ("nuts", "hmc")
+#: Dual-averaging target of NUTS and HMC (Stan's and BlackJAX's default).
+NUTS_TARGET_ACCEPTANCE = 0.8
+#: Fisher HMC's integration time in whitened coordinates: pi / 2, a quarter period of
+#: the harmonic oscillator, maps N(0, I) to an independent draw; the learned ``A``
+#: approximates the covariance, so the whitened target is close to N(0, I).
+TRAJECTORY_LENGTH = jnp.pi / 2
+
+
+class FisherHMCState(NamedTuple):
+    """State of Fisher NUTS / Fisher HMC.
+
+    Attributes
+    ----------
+    position
+        The current position, in the user's pytree structure.
+    logdensity
+        ``log pi(position)``.
+    whitened_grad
+        ``R^T grad log pi(position)`` (flat), the gradient in whitened coordinates.
+    sqrt_precond
+        ``R`` with ``A = R R^T`` the inverse mass matrix.
+    """
+
+    position: ArrayTree
+    logdensity: Array
+    whitened_grad: Array
+    sqrt_precond: Array
+
+
+class FisherHMCInfo(NamedTuple):
+    """Diagnostics of one transition.
+
+    Attributes
+    ----------
+    acceptance_rate
+        BlackJAX's mean acceptance probability over the trajectory (what dual averaging
+        tunes).
+    is_accepted
+        Whether the chain moved.
+    proposal_is_finite
+        False when the selected state's log density or gradient was NaN or inf (the
+        chain then stays).
+    is_divergent
+        BlackJAX's divergence flag (energy error above the threshold).
+    num_integration_steps
+        Leapfrog steps, i.e. gradient evaluations, of this transition.
+    """
+
+    acceptance_rate: Array
+    is_accepted: Array
+    proposal_is_finite: Array
+    is_divergent: Array
+    num_integration_steps: Array
+
+
+def require_blackjax():
+    """Import BlackJAX or explain how to install it."""
+    try:
+        import blackjax
+    except ImportError as err:  # pragma: no cover - exercised without the extra
+        raise ImportError(
+            "Fisher NUTS and Fisher HMC use BlackJAX's kernels: "
+            "`pip install 'fisher_mala[blackjax]'`."
+        ) from err
+    return blackjax
+
+
+class Whitened(NamedTuple):
+    """A log density in whitened coordinates and the map back (see :func:`whiten`)."""
+
+    logdensity_fn: Callable
+    to_position: Callable
+
+
+def whiten(logdensity_fn: Callable, sqrt_precond: Array, anchor: ArrayTree) -> Whitened:
+    """Whitened coordinates ``u`` with ``x = anchor + R u``, for any BlackJAX kernel.
+
+    ``Whitened.logdensity_fn(u) = log pi(anchor + R u)`` (up to the constant
+    ``log |det R|``) is sampled from ``u = 0`` with the identity metric;
+    ``Whitened.to_position(u)`` maps draws back to the user's pytree. E.g.
+    ``w = fm.whiten(logdensity_fn, params.sqrt_precond, x0)``,
+    ``alg = blackjax.mala(w.logdensity_fn, step_size)``, ``state = alg.init(zeros)``,
+    then ``jax.vmap(w.to_position)(states.position)``.
+    """
+    flat, unravel = ravel_pytree(anchor)
+    validation.check_sqrt_precond(sqrt_precond, flat.shape[0])
+    r = jnp.asarray(sqrt_precond, flat.dtype)
+
+    def to_position(u):
+        return unravel(flat + r @ u)
+
+    def whitened_logdensity(u):
+        return logdensity_fn(to_position(u))
+
+    return Whitened(whitened_logdensity, to_position)
+
+
+def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond: Array) -> FisherHMCState:
+    """Evaluate ``position`` and whiten its gradient with ``R`` (validates the inputs)."""
+    validation.check_position(position)
+    validation.check_logdensity(logdensity_fn, position)
+    flat = ravel(position)
+    validation.check_sqrt_precond(sqrt_precond, flat.shape[0])
+    sqrt_precond = jnp.asarray(sqrt_precond, flat.dtype)
+    logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+    return FisherHMCState(position, logdensity, ravel(grad) @ sqrt_precond, sqrt_precond)
+
+
+def build_kernel(
+    algorithm: str = "nuts",
+    integrator: Callable | None = None,
+    divergence_threshold: float = 1000.0,
+) -> Callable:
+    """Build the Fisher NUTS (``"nuts"``) or Fisher HMC (``"hmc"``) kernel.
+
+    Returns
+    -------
+    kernel
+        ``kernel(rng_key, state, logdensity_fn, step_size, num_integration_steps=None,
+        max_num_doublings=10) -> (state, info)``. ``step_size`` is the leapfrog step in
+        whitened coordinates; HMC runs ``num_integration_steps`` leapfrog steps (default
+        ``ceil(TRAJECTORY_LENGTH / step_size)``), NUTS at most ``2^max_num_doublings``.
+    """
+    validation.check_choice("algorithm", algorithm, ALGORITHMS)
+    blackjax = require_blackjax()
+    integrator = integrator or blackjax.mcmc.integrators.velocity_verlet
+    module = blackjax.nuts if algorithm == "nuts" else blackjax.hmc
+    inner = module.build_kernel(integrator, divergence_threshold)
+
+    def kernel(
+        rng_key,
+        state: FisherHMCState,
+        logdensity_fn: Callable,
+        step_size,
+        num_integration_steps=None,
+        max_num_doublings: int = 10,
+    ) -> tuple[FisherHMCState, FisherHMCInfo]:
+        x, unravel = ravel_pytree(state.position)
+        r = state.sqrt_precond
+        validation.check_sqrt_precond_shape(r, x.shape[0])
+        step = jnp.asarray(step_size, x.dtype)
+
+        def whitened_logdensity(u):
+            return logdensity_fn(unravel(x + r @ u))  # gradient: g @ R by autodiff
+
+        start = blackjax.mcmc.hmc.HMCState(jnp.zeros_like(x), state.logdensity, state.whitened_grad)
+        identity = jnp.ones_like(x)  # the unit metric in whitened coordinates
+        if algorithm == "nuts":
+            end, info = inner(
+                rng_key, start, whitened_logdensity, step, identity, max_num_doublings
+            )
+        else:
+            steps = num_integration_steps
+            if steps is None:
+                steps = jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / step), 1).astype(jnp.int32)
+            end, info = inner(rng_key, start, whitened_logdensity, step, identity, steps)
+        y = x + r @ end.position
+        finite = is_finite(end.logdensity, end.logdensity_grad, y)
+        moved = jnp.any(end.position != 0) & finite
+        new_state = accept(
+            finite,
+            state,
+            position=unravel(y),
+            logdensity=end.logdensity,
+            whitened_grad=end.logdensity_grad,
+        )
+        out = FisherHMCInfo(
+            acceptance_rate=jnp.asarray(info.acceptance_rate, x.dtype),
+            is_accepted=moved,
+            proposal_is_finite=finite,
+            is_divergent=jnp.asarray(info.is_divergent),
+            num_integration_steps=jnp.asarray(info.num_integration_steps, jnp.int32),
+        )
+        return new_state, out
+
+    return kernel
+
+
+def as_top_level_api(
+    logdensity_fn: Callable,
+    step_size,
+    sqrt_precond: Array,
+    algorithm: str = "nuts",
+    num_integration_steps: int | None = None,
+    max_num_doublings: int = 10,
+    divergence_threshold: float = 1000.0,
+    integrator: Callable | None = None,
+) -> SamplingAlgorithm:
+    """NUTS or HMC with inverse mass matrix ``A = R R^T``, run in whitened coordinates.
+
+    Parameters
+    ----------
+    logdensity_fn
+        ``position -> log pi(position)``.
+    step_size
+        Leapfrog step in whitened coordinates (the same number as BlackJAX's step with
+        ``inverse_mass_matrix = R R^T``).
+    sqrt_precond
+        ``R``, ``(d, d)``: e.g. ``parameters.sqrt_precond`` of a Fisher warm-up.
+    algorithm
+        ``"nuts"`` or ``"hmc"``.
+    num_integration_steps
+        HMC only; default ``ceil(TRAJECTORY_LENGTH / step_size)``.
+    max_num_doublings, divergence_threshold, integrator
+        As in ``blackjax.nuts``.
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
+    """
+    validation.check_positive("step_size", step_size, "It is the leapfrog step size.")
+    validation.check_sqrt_precond_shape(jnp.asarray(sqrt_precond), None)
+    if num_integration_steps is not None and int(num_integration_steps) < 1:
+        raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
+    if int(max_num_doublings) < 1:
+        raise ValueError(f"`max_num_doublings` must be >= 1, got {max_num_doublings}.")
+    kernel = build_kernel(algorithm, integrator, divergence_threshold)
+
+    def init_fn(position, rng_key=None):
+        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+        return init(position, logdensity_fn, sqrt_precond)
+
+    @jax.jit
+    def step_fn(rng_key, state):
+        return kernel(
+            rng_key, state, logdensity_fn, step_size, num_integration_steps, max_num_doublings
+        )
+
+    return SamplingAlgorithm(init_fn, step_fn)
+
+
+def _nuts_top_level(logdensity_fn, step_size, sqrt_precond, **options) -> SamplingAlgorithm:
+    """Fisher NUTS: ``as_top_level_api(..., algorithm="nuts")``."""
+    return as_top_level_api(logdensity_fn, step_size, sqrt_precond, "nuts", **options)
+
+
+def _hmc_top_level(logdensity_fn, step_size, sqrt_precond, **options) -> SamplingAlgorithm:
+    """Fisher HMC: ``as_top_level_api(..., algorithm="hmc")``."""
+    return as_top_level_api(logdensity_fn, step_size, sqrt_precond, "hmc", **options)
+
+
+fisher_nuts = SamplingAPI(_nuts_top_level, init, lambda **kw: build_kernel("nuts", **kw))
+fisher_hmc = SamplingAPI(_hmc_top_level, init, lambda **kw: build_kernel("hmc", **kw))

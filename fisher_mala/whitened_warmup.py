@@ -1,0 +1,309 @@
+"""Warm-up of Fisher NUTS and Fisher HMC: learn ``R``, then tune the leapfrog step (layer 4).
+
+Two phases, within the user's ``num_warmup``:
+
+1. **Fisher phase** (``num_warmup - num_step_size_steps`` iterations): Algorithm 1's
+   warm-up (:class:`~fisher_mala.adaptation.FisherMALAWarmup`: step-size search, MALA
+   phase, adaptive FisherMALA), or the pooled one (one ``R`` for all chains,
+   :class:`~fisher_mala.baseline_warmups.PooledFisherMALAWarmup`) with ``pooled=True``.
+   One gradient per iteration, ``O(d^2)`` per iteration.
+2. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up): ``R``
+   frozen, NUTS (or HMC) in whitened coordinates with the leapfrog step tuned by dual
+   averaging (Hoffman and Gelman, 2014; BlackJAX's implementation) towards acceptance
+   0.8. It starts from FisherMALA's normalized step: one leapfrog step of size
+   ``epsilon`` is MALA with ``sigma_R^2 = epsilon^2``.
+
+The hand-over point matters: NUTS is only as good as ``R``, and ``R`` improves with the
+number of Fisher iterations (see the Fisher NUTS page of the documentation for the
+measured trade-off).
+"""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from fisher_mala import validation
+from fisher_mala.adaptation import FisherMALAWarmup, WarmupInfo, WarmupParameters
+from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
+from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.whitened_hmc import (
+    NUTS_TARGET_ACCEPTANCE,
+    TRAJECTORY_LENGTH,
+    FisherHMCState,
+    build_kernel,
+    require_blackjax,
+)
+
+__all__ = ["FisherHMCWarmup", "FisherParameters", "fisher_adaptation", "STEP_SIZE_FRACTION"]
+
+#: Default share of the warm-up spent tuning the leapfrog step with ``R`` frozen.
+STEP_SIZE_FRACTION = 0.1
+
+
+class FisherHMCWarmup:
+    """Fisher phase, then dual averaging of the leapfrog step (module docstring).
+
+    Parameters
+    ----------
+    logdensity_fn
+        ``position -> log pi(position)``.
+    algorithm
+        ``"nuts"`` or ``"hmc"``.
+    pooled
+        Learn one ``R`` from all chains' signals (the warm-up is then run for all chains
+        at once: ``run_batch``).
+    num_step_size_steps
+        Iterations of the step-size phase (default ``STEP_SIZE_FRACTION`` of the
+        warm-up).
+    hmc_target_acceptance_rate
+        Dual-averaging target (0.8).
+    max_num_doublings, num_integration_steps, divergence_threshold
+        As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
+    **fisher_options
+        Options of the Fisher phase (``num_mala_steps``, ``damping``, ``signal``,
+        ``learning_rate``, ``initial_step_size``, ...).
+    """
+
+    def __init__(
+        self,
+        logdensity_fn: Callable,
+        algorithm: str = "nuts",
+        pooled: bool = False,
+        num_step_size_steps: int | None = None,
+        hmc_target_acceptance_rate=NUTS_TARGET_ACCEPTANCE,
+        max_num_doublings: int = 10,
+        num_integration_steps: int | None = None,
+        divergence_threshold: float = 1000.0,
+        **fisher_options,
+    ):
+        require_blackjax()
+        validation.check_probability("hmc_target_acceptance_rate", hmc_target_acceptance_rate)
+        if num_step_size_steps is not None and int(num_step_size_steps) < 0:
+            raise ValueError(f"`num_step_size_steps` must be >= 0, got {num_step_size_steps}.")
+        if num_integration_steps is not None and int(num_integration_steps) < 1:
+            raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
+        if int(max_num_doublings) < 1:
+            raise ValueError(f"`max_num_doublings` must be >= 1, got {max_num_doublings}.")
+        self.logdensity_fn = logdensity_fn
+        self.pooled = bool(pooled)
+        self.batched = self.pooled
+        if self.pooled:
+            self.fisher = PooledFisherMALAWarmup(logdensity_fn, **fisher_options)
+        else:
+            self.fisher = FisherMALAWarmup(logdensity_fn, **fisher_options)
+        self.num_step_size_steps = num_step_size_steps
+        self.target = hmc_target_acceptance_rate
+        self.max_num_doublings = int(max_num_doublings)
+        self.num_integration_steps = num_integration_steps
+        self.algorithm = algorithm
+        self.kernel = build_kernel(algorithm, divergence_threshold=divergence_threshold)
+
+    def split(self, num_steps: int) -> tuple[int, int]:
+        """``(Fisher iterations, step-size iterations)`` of a warm-up of ``num_steps``."""
+        tune = self.num_step_size_steps
+        if tune is None:
+            tune = round(STEP_SIZE_FRACTION * num_steps)
+        tune = min(int(tune), num_steps)
+        return num_steps - tune, tune
+
+    def _tune_step_size(self, rng_key, state, initial_step, num_steps, offset, progress):
+        """Dual averaging of the leapfrog step for one chain with ``R`` frozen.
+
+        Also returns the mean of ``|R^T g|^2`` over the visited states, which gives the
+        scale of the whitened target (:meth:`_normalize`). HMC's number of leapfrog steps
+        follows the running estimate of that scale, so that its trajectories last
+        ``TRAJECTORY_LENGTH`` in units of the target's spread.
+        """
+        blackjax = require_blackjax()
+        da_init, da_update, da_final = blackjax.adaptation.step_size.dual_averaging_adaptation(
+            self.target
+        )
+        dim = state.whitened_grad.shape[-1]
+        dtype = initial_step.dtype
+
+        def body(carry, iteration):
+            state, da, sum_sq, count = carry
+            step = jnp.exp(da.log_step_size).astype(dtype)
+            steps = self.num_integration_steps
+            if steps is None and self.algorithm == "hmc":
+                length = TRAJECTORY_LENGTH * jnp.sqrt(dim * count / sum_sq)
+                steps = jnp.clip(jnp.ceil(length / step), 1, 2**self.max_num_doublings)
+                steps = steps.astype(jnp.int32)
+            key = jax.random.fold_in(rng_key, iteration)
+            state, info = self.kernel(
+                key, state, self.logdensity_fn, step, steps, self.max_num_doublings
+            )
+            sum_sq = sum_sq + jnp.sum(state.whitened_grad**2)
+            return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
+
+        start = (state, da_init(initial_step), jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
+        (state, da, sum_sq, count), info = scan_with_progress(
+            body, start, num_steps, offset, progress
+        )
+        step = da_final(da) if num_steps else initial_step
+        return state, jnp.asarray(step, dtype), info, sum_sq / count
+
+    @staticmethod
+    def _initial_leapfrog_step(fstate, dim):
+        # MALA with normalized step sigma_R^2 is one leapfrog step of size sqrt(sigma_R^2)
+        return jnp.sqrt(fstate.step_size * dim / fstate.trace_precond)
+
+    @staticmethod
+    def _normalize(state, step, mean_sq_grad):
+        """Rescale ``R`` so that the whitened target has unit scale.
+
+        For a target with covariance ``c I`` in whitened coordinates,
+        ``E |grad_u log pi|^2 = d / c`` (Fisher's identity), so ``R <- sqrt(c) R`` makes
+        ``A = R R^T`` an estimate of the covariance itself rather than of the
+        un-normalized Eq. (11) matrix; the chain is unchanged (the whitened gradient is
+        multiplied and the leapfrog step divided by ``sqrt(c)``).
+        """
+        dim = state.whitened_grad.shape[-1]
+        k = jnp.sqrt(dim / mean_sq_grad)
+        state = state._replace(
+            sqrt_precond=state.sqrt_precond * k[..., None, None],
+            whitened_grad=state.whitened_grad * k[..., None],
+        )
+        return state, step / k, k
+
+    def _finish(self, finfo, info, step, sqrt_precond):
+        merged = WarmupInfo(
+            acceptance_rate=jnp.concatenate([finfo.acceptance_rate, info.acceptance_rate], -1),
+            is_accepted=jnp.concatenate([finfo.is_accepted, info.is_accepted], -1),
+            proposal_is_finite=jnp.concatenate(
+                [finfo.proposal_is_finite, info.proposal_is_finite], -1
+            ),
+            initial_step_size=finfo.initial_step_size,
+            num_grad_evals=finfo.num_grad_evals + jnp.sum(info.num_integration_steps, -1),
+            trace=finfo.trace,
+        )
+        return WarmupParameters(step, sqrt_precond), merged
+
+    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
+        """Warm up one chain; returns ``(state, parameters), info``."""
+        num_fisher, num_tune = self.split(num_steps)
+        key_fisher, key_tune = jax.random.split(rng_key)
+        (fstate, _), finfo = self.fisher.run(key_fisher, position, num_fisher, progress)
+        state = FisherHMCState(
+            fstate.position, fstate.logdensity, fstate.whitened_grad, fstate.sqrt_precond
+        )
+        initial = self._initial_leapfrog_step(fstate, fstate.whitened_grad.shape[-1])
+        state, step, info, mean_sq = self._tune_step_size(
+            key_tune, state, initial, num_tune, num_fisher, progress
+        )
+        state, step, _ = self._normalize(state, step, mean_sq)
+        params, merged = self._finish(finfo, info, step, state.sqrt_precond)
+        return (state, params), merged
+
+    def run_batch(self, rng_key, positions, num_steps: int, progress=None):
+        """Warm up all chains (leading axis of ``positions``) with one pooled ``R``."""
+        num_fisher, num_tune = self.split(num_steps)
+        key_fisher, key_tune = jax.random.split(rng_key)
+        (pstate, _), finfo = self.fisher.run_batch(key_fisher, positions, num_fisher, progress)
+        num_chains, dim = pstate.whitened_grad.shape
+        r = pstate.sqrt_precond
+        states = FisherHMCState(
+            pstate.position,
+            pstate.logdensity,
+            pstate.whitened_grad,
+            jnp.broadcast_to(r, (num_chains, *r.shape)),
+        )
+        initial = self._initial_leapfrog_step(pstate, dim)
+
+        def tune(key, state):
+            return self._tune_step_size(key, state, initial, num_tune, num_fisher, progress)
+
+        keys = jax.random.split(key_tune, num_chains)
+        states, steps, info, mean_sq = jax.vmap(tune)(keys, states)
+        pooled_mean_sq = jnp.broadcast_to(jnp.mean(mean_sq), mean_sq.shape)  # one R for all
+        states, steps, k = self._normalize(states, steps, pooled_mean_sq)
+        params, merged = self._finish(finfo, info, steps, r * k[0])
+        return (states, params), merged
+
+
+class FisherParameters(dict):
+    """The keyword arguments of a BlackJAX kernel, plus the learned square root.
+
+    ``blackjax.nuts(logdensity_fn, **parameters)`` receives ``step_size`` and
+    ``inverse_mass_matrix = R R^T`` (and any extra parameters given to
+    :func:`fisher_adaptation`); ``parameters.sqrt_precond`` is ``R`` itself, an attribute
+    so that ``**parameters`` stays what BlackJAX's kernels accept.
+    """
+
+    def __init__(self, sqrt_precond, **kwargs):
+        super().__init__(**kwargs)
+        self.sqrt_precond = sqrt_precond
+
+
+def fisher_adaptation(
+    algorithm,
+    logdensity_fn: Callable,
+    pooled: bool = False,
+    **options,
+):
+    """Fisher warm-up for BlackJAX's NUTS or HMC, in the shape of ``window_adaptation``.
+
+    ::
+
+        (state, parameters), info = fm.fisher_adaptation(blackjax.nuts, logdensity_fn).run(
+            key, x0, 3000)
+        nuts = blackjax.nuts(logdensity_fn, **parameters)     # inverse_mass_matrix = R R^T
+        fast = fm.fisher_nuts(logdensity_fn, parameters["step_size"], parameters.sqrt_precond)
+
+    The warm-up is :class:`FisherHMCWarmup` (Fisher phase, then dual averaging of the
+    leapfrog step in whitened coordinates, which is the same step as BlackJAX's with
+    ``inverse_mass_matrix = R R^T``). ``blackjax.nuts`` with that dense matrix factorizes
+    it once (``O(d^3)``) and solves with it at every momentum draw;
+    :func:`fisher_mala.fisher_nuts` with ``parameters.sqrt_precond`` never does.
+
+    Parameters
+    ----------
+    algorithm
+        ``blackjax.nuts`` or ``blackjax.hmc``.
+    logdensity_fn
+        ``position -> log pi(position)``.
+    pooled
+        Not available here (one chain per ``run``); use ``fm.sample(..., pooled=True)``.
+    **options
+        Options of :class:`FisherHMCWarmup` (e.g. ``num_step_size_steps``,
+        ``num_mala_steps``); for ``blackjax.hmc``, ``num_integration_steps`` is also
+        returned in ``parameters``.
+
+    Returns
+    -------
+    AdaptationAlgorithm
+        ``run(rng_key, position, num_steps) -> ((state, parameters), info)``: ``state``
+        is the BlackJAX kernel's state at the last warm-up position, ``parameters`` a
+        :class:`FisherParameters`, ``info`` the :class:`~fisher_mala.adaptation.WarmupInfo`.
+    """
+    from fisher_mala.base import AdaptationAlgorithm
+
+    blackjax = require_blackjax()
+    names = {id(blackjax.nuts): "nuts", id(blackjax.hmc): "hmc"}
+    if id(algorithm) not in names:
+        raise ValueError(
+            "`fisher_adaptation` tunes blackjax.nuts or blackjax.hmc; for another BlackJAX "
+            "kernel, sample in whitened coordinates with fm.whiten (see the Fisher NUTS page)."
+        )
+    if pooled:
+        raise ValueError("Use fm.sample(..., pooled=True) to pool R over chains.")
+    kind = names[id(algorithm)]
+    warmup = FisherHMCWarmup(logdensity_fn, kind, **options)
+
+    def run(rng_key, position, num_steps: int = 1000):
+        (state, params), info = warmup.run(rng_key, position, num_steps)
+        r = params.sqrt_precond
+        extra = {}
+        if kind == "hmc":
+            steps = warmup.num_integration_steps
+            if steps is None:
+                steps = int(jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / params.step_size), 1))
+            extra["num_integration_steps"] = steps
+        parameters = FisherParameters(
+            r, step_size=params.step_size, inverse_mass_matrix=r @ r.T, **extra
+        )
+        bj_state = algorithm.init(state.position, logdensity_fn)
+        return (bj_state, parameters), info
+
+    return AdaptationAlgorithm(run)

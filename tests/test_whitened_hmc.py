@@ -1,0 +1,202 @@
+"""Fisher NUTS and Fisher HMC: exact equivalence with BlackJAX's dense-metric kernels,
+invariance, the warm-up, and correctness by MCSE z-scores."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import gaussian_logdensity, random_covariance
+from test_baselines import _invariance_z_scores, quartic_logdensity
+
+import fisher_mala as fm
+
+blackjax = pytest.importorskip("blackjax")
+whitened_hmc = importlib.import_module("fisher_mala.whitened_hmc")
+
+
+@pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
+def test_whitened_kernel_is_blackjax_with_inverse_mass_matrix_r_rt(x64, algorithm):
+    """x = x_n + R u with unit metric *is* BlackJAX's kernel with M^{-1} = R R^T.
+
+    BlackJAX draws p = L^{-T} z with L = chol(M^{-1}); with R = L our whitened momentum z
+    maps to exactly that p, so the two chains agree draw for draw (float64 rounding).
+    """
+    d = 5
+    cov = random_covariance(d, seed=4)
+    logdensity = gaussian_logdensity(jnp.arange(d) * 0.1, jnp.asarray(cov))
+    inverse_mass = jnp.asarray(random_covariance(d, seed=9, jitter=0.3))
+    r = jnp.linalg.cholesky(inverse_mass)
+    np.testing.assert_allclose(r @ r.T, inverse_mass, rtol=1e-10)
+    if algorithm == "hmc":
+        ours = fm.fisher_hmc(logdensity, 0.3, r, num_integration_steps=7)
+        theirs = blackjax.hmc(logdensity, 0.3, inverse_mass, num_integration_steps=7)
+    else:
+        ours = fm.fisher_nuts(logdensity, 0.3, r)
+        theirs = blackjax.nuts(logdensity, 0.3, inverse_mass)
+    s_ours, s_theirs = ours.init(jnp.ones(d)), theirs.init(jnp.ones(d))
+    moves = 0
+    for key in jax.random.split(jax.random.key(0), 30):
+        s_ours, info = ours.step(key, s_ours)
+        s_theirs, info_theirs = theirs.step(key, s_theirs)
+        np.testing.assert_allclose(s_ours.position, s_theirs.position, rtol=1e-8, atol=1e-10)
+        assert int(info.num_integration_steps) == int(info_theirs.num_integration_steps)
+        moves += int(info.is_accepted)
+    assert moves > 20
+
+
+@pytest.mark.parametrize("algorithm", ["nuts", "hmc"])
+def test_frozen_whitened_kernels_leave_a_non_gaussian_target_invariant(algorithm):
+    r = jnp.asarray([[0.8, 0.0], [0.3, 0.4]])
+    alg = whitened_hmc.as_top_level_api(quartic_logdensity, 0.5, r, algorithm)
+    z, rate = _invariance_z_scores(alg.init, alg.step)
+    assert 0.5 < rate <= 1.0, rate
+    assert np.all(np.abs(z) < 4.5), z
+
+
+def test_invariance_check_detects_a_wrong_whitening():
+    """A whitened gradient inconsistent with the position breaks invariance, and is caught."""
+    r = jnp.asarray([[0.8, 0.0], [0.3, 0.4]])
+    alg = fm.fisher_nuts(quartic_logdensity, 0.5, r)
+
+    def wrong_step(key, state):  # a cached gradient of the wrong sign: an inconsistent state
+        return alg.step(key, state._replace(whitened_grad=-state.whitened_grad))
+
+    z, _ = _invariance_z_scores(alg.init, wrong_step)
+    assert np.max(np.abs(z)) > 4.5, z
+
+
+def _z_scores(samples, mean, sd):
+    """MCSE z-scores of the means and variances, with ArviZ's multi-chain ESS."""
+    x = np.asarray(samples, np.float64)  # (chains, draws, d)
+    ess_mean = fm.ess(x, method="bulk", per_chain=False)
+    ess_sq = fm.ess((x - mean) ** 2, method="bulk", per_chain=False)
+    flat = x.reshape(-1, x.shape[-1])
+    z_mean = (flat.mean(0) - mean) / (sd / np.sqrt(ess_mean))
+    sq = (flat - mean) ** 2
+    z_var = (sq.mean(0) - sd**2) / (sq.std(0) / np.sqrt(ess_sq))
+    return np.concatenate([z_mean, z_var])
+
+
+@pytest.mark.parametrize(
+    "sampler,options",
+    [("fisher_nuts", {}), ("fisher_hmc", {}), ("fisher_nuts", {"pooled": True})],
+)
+def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
+    d = 8
+    sd = np.geomspace(0.2, 5.0, d)
+    c = random_covariance(d, seed=11, jitter=0.5)
+    cov = c / np.sqrt(np.outer(np.diag(c), np.diag(c))) * np.outer(sd, sd)
+    mean = np.linspace(-1.0, 1.0, d)
+    target = fm.targets.gaussian("corr8", mean, cov)
+    x0 = target.initial_positions(jax.random.key(0), 4)
+    result = fm.sample(jax.random.key(1), sampler, target.logdensity_fn, x0,
+                       num_warmup=2000, num_samples=2000, **options)
+    z = _z_scores(result.samples, mean, sd)
+    assert np.all(np.abs(z) < 4.5), z
+    # every leapfrog gradient is counted: NUTS takes several per draw
+    assert np.all(result.num_grad_evals > 2000 + 2 * 2000)
+    assert result.sample_stats["is_divergent"].shape == (4, 2000)
+
+
+def test_fisher_nuts_on_a_logistic_regression_matches_a_long_reference_run():
+    rng = np.random.default_rng(3)
+    n, d = 200, 5
+    features = rng.normal(size=(n, d)) * np.linspace(0.3, 3.0, d)
+    features[:, 1] += 0.9 * features[:, 0]  # correlated coefficients
+    labels = (rng.uniform(size=n) < 1 / (1 + np.exp(-features @ rng.normal(size=d)))).astype(
+        np.float32
+    )
+    z_data, y = jnp.asarray(features, jnp.float32), jnp.asarray(labels)
+
+    def logdensity(beta):
+        logits = z_data @ beta
+        return jnp.sum(y * logits - jnp.logaddexp(0.0, logits)) - 0.5 * jnp.sum(beta**2)
+
+    x0 = jnp.zeros((4, d))
+    # Reference: BlackJAX's own NUTS with its dense window adaptation, 4 x 10000 draws.
+    tuned = blackjax.window_adaptation(blackjax.nuts, logdensity, is_mass_matrix_diagonal=False)
+    (state, params), _ = tuned.run(jax.random.key(6), jnp.zeros(d), 1000)
+    nuts = blackjax.nuts(logdensity, **params)
+    keys = jax.random.split(jax.random.key(7), 4)
+    _, (states, _) = jax.vmap(
+        lambda k: blackjax.util.run_inference_algorithm(k, nuts, 10000, initial_state=state)
+    )(keys)
+    reference = np.asarray(states.position, np.float64)
+    ref_mean, ref_sd = reference.reshape(-1, d).mean(0), reference.reshape(-1, d).std(0)
+    ref_mcse = ref_sd / np.sqrt(fm.ess(reference, method="bulk", per_chain=False))
+
+    result = fm.sample(jax.random.key(8), "fisher_nuts", logdensity, x0, num_warmup=2000,
+                       num_samples=3000)
+    x = np.asarray(result.samples, np.float64)
+    mcse = x.reshape(-1, d).std(0) / np.sqrt(fm.ess(x, method="bulk", per_chain=False))
+    z = (x.reshape(-1, d).mean(0) - ref_mean) / np.sqrt(mcse**2 + ref_mcse**2)
+    assert np.all(np.abs(z) < 4.5), z
+    ratio = x.reshape(-1, d).std(0) / ref_sd
+    assert np.all(np.abs(ratio - 1) < 0.1), ratio
+
+
+def test_divergences_are_reported_and_never_enter_the_state():
+    """A wall (log density -inf beyond x_0 = 1.5) makes trajectories diverge there."""
+
+    def walled(x):
+        return jnp.where(x[0] < 1.5, -0.5 * jnp.sum(x**2), -jnp.inf)
+
+    result = fm.sample(jax.random.key(0), "fisher_nuts", walled, jnp.zeros((2, 3)),
+                       num_warmup=1000, num_samples=1000)
+    x = np.asarray(result.samples)
+    assert np.all(np.isfinite(x)) and np.all(x[..., 0] < 1.5)
+    assert np.asarray(result.sample_stats["is_divergent"]).sum() > 0
+    idata = fm.to_arviz(result)
+    assert int(idata.sample_stats["diverging"].sum()) > 0
+
+
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"num_step_size_steps": -1}, "num_step_size_steps"),
+        ({"hmc_target_acceptance_rate": 1.5}, "hmc_target_acceptance_rate"),
+        ({"max_num_doublings": 0}, "max_num_doublings"),
+        ({"bogus": 1}, "Invalid option"),
+    ],
+)
+def test_bad_options_fail_before_compilation(options, match, monkeypatch):
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before validating")
+
+    monkeypatch.setattr(fm.sampling, "_compile_and_run", no_compile)
+    with pytest.raises((ValueError, TypeError), match=match):
+        fm.sample(jax.random.key(0), "fisher_nuts", lambda x: -jnp.sum(x**2), jnp.zeros((2, 3)),
+                  **options)
+
+
+def test_fisher_adaptation_hands_blackjax_nuts_its_parameters(x64):
+    cov = jnp.asarray(random_covariance(4, seed=2))
+    logdensity = gaussian_logdensity(jnp.zeros(4), cov)
+    warmup = fm.fisher_adaptation(blackjax.nuts, logdensity)
+    (state, params), _ = warmup.run(jax.random.key(0), jnp.ones(4), 1500)
+    assert set(params) == {"step_size", "inverse_mass_matrix"}
+    r = params.sqrt_precond
+    np.testing.assert_allclose(params["inverse_mass_matrix"], r @ r.T, rtol=1e-12)
+    # After the scale normalization R R^T estimates the covariance itself.
+    rel = np.linalg.norm(r @ r.T - cov) / np.linalg.norm(cov)
+    assert rel < 0.35, rel
+    nuts = blackjax.nuts(logdensity, **params)
+    state, _ = nuts.step(jax.random.key(1), state)
+    assert np.all(np.isfinite(np.asarray(state.position)))
+    with pytest.raises(ValueError, match=r"blackjax\.nuts or blackjax\.hmc"):
+        fm.fisher_adaptation(blackjax.mala, logdensity)
+
+
+def test_whiten_runs_any_blackjax_kernel_in_whitened_coordinates(x64):
+    cov = jnp.asarray(random_covariance(3, seed=5))
+    logdensity = gaussian_logdensity(jnp.ones(3), cov)
+    r = jnp.linalg.cholesky(cov)
+    white = fm.whiten(logdensity, r, jnp.zeros(3))
+    mala = blackjax.mala(white.logdensity_fn, 0.5)
+    _, (states, _) = blackjax.util.run_inference_algorithm(
+        jax.random.key(0), mala, 20000, initial_position=jnp.zeros(3)
+    )
+    x = np.asarray(jax.vmap(white.to_position)(states.position))
+    np.testing.assert_allclose(np.cov(x[2000:].T), cov, atol=0.25)
