@@ -15,6 +15,9 @@ Samplers, 4 chains each, from the same N(0, I) starts:
   in the coordinates whitened by the Fisher ``R`` (``--fisher-warmup`` warm-up iterations:
   a tenth of them tune the leapfrog step), then ``--samples`` draws
   (``--samples fisher_nuts,...``; ``--render-whitened`` prints their table);
+* ``nutpie_diag`` / ``nutpie_low_rank``: nutpie (NUTS in Rust on the target's PyMC model,
+  numba backend) with its default and its low-rank mass-matrix adaptation,
+  ``--nuts-warmup`` tuning steps then ``--samples`` draws, chains on all cores;
 * ``blackjax_mala``: BlackJAX MALA with the step size tuned by the paper's rule during
   ``--fisher-warmup`` iterations (``fm.mala_warmup``; BlackJAX's ``step_size`` is
   ``sigma^2 / 2``).
@@ -42,10 +45,18 @@ FULL_PROTOCOL = {"chains": 4, "samples": 5000, "fisher_warmup": 5000, "nuts_warm
 SAMPLERS = ("fisher_mala", "fisher_mala_pooled", "nuts_diag", "nuts_dense", "blackjax_mala")
 #: NUTS / HMC in the coordinates whitened by the Fisher R (fm.sample's "fisher_nuts", ...).
 WHITENED = ("fisher_nuts", "fisher_nuts_pooled", "fisher_hmc")
-#: The peers Fisher NUTS races against (nutpie is not in this harness yet).
-PEERS = ("nuts_diag", "nuts_dense")
+#: nutpie (Rust NUTS on a PyMC model, numba backend) with its default and low-rank adaptation.
+NUTPIE = ("nutpie_diag", "nutpie_low_rank")
+#: The peers Fisher NUTS races against.
+PEERS = ("nuts_diag", "nuts_dense", *NUTPIE)
 TARGETS = ("gp", "inhomogeneous", "pima", "caravan", "mnist56", "heart", "german",
            "australian", "ripley")
+#: Targets whose posterior correlations are dense (not the diagonal Gaussian, not the
+#: non-centred eight schools whose posterior is close to independent).
+DENSE_CORRELATED = ("gp", "pima", "caravan", "mnist56", "heart", "german", "australian",
+                    "ripley", "diamonds", "kilpisjarvi", "arK")
+#: Posteriors nobody here wrote (fisher_mala.targets.posteriordb), raced in float64.
+POSTERIORDB = ("diamonds", "eight_schools_noncentered", "kilpisjarvi", "arK")
 
 
 def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
@@ -113,19 +124,91 @@ def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
     return np.asarray(draws), grads, c1 + c2, t1, t2
 
 
+def pymc_model(target):
+    """The PyMC version of a race target (same density up to a constant)."""
+    import pymc as pm
+
+    if "pymc_model" in target.extras:  # targets that bring their own
+        return target.extras["pymc_model"]()
+    with pm.Model() as model:
+        if target.covariance is not None:
+            if np.count_nonzero(target.covariance - np.diag(np.diag(target.covariance))):
+                pm.MvNormal("x", mu=target.mean, cov=target.covariance)
+            else:
+                pm.Normal("x", mu=target.mean, sigma=np.sqrt(np.diag(target.covariance)))
+        elif "X" in target.extras:
+            theta = pm.Normal("x", 0.0, 1.0, shape=target.dim)
+            pm.Bernoulli("y", logit_p=pm.math.dot(target.extras["X"], theta),
+                         observed=target.extras["y"])
+        else:
+            raise ValueError(f"No PyMC version of target {target.name!r}.")
+    return model
+
+
+def _run_nutpie(target, positions, seed, adaptation, num_warmup, num_samples):
+    """nutpie on the target's PyMC model; ``positions`` only give the number of chains.
+
+    nutpie starts from its own jittered initial points (in (-2, 2) around zero) and runs
+    its chains on all cores. Gradient evaluations are nutpie's ``n_steps`` (leapfrog steps)
+    of warm-up and sampling.
+    """
+    import time
+
+    import nutpie
+
+    start = time.perf_counter()
+    compiled = nutpie.compile_pymc_model(pymc_model(target))
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    trace = nutpie.sample(compiled, draws=num_samples, tune=num_warmup,
+                          chains=positions.shape[0], seed=seed, progress_bar=False,
+                          adaptation=adaptation, save_warmup=True, store_unconstrained=True)
+    seconds = time.perf_counter() - start
+    # The unconstrained draws (log of positive parameters, PyMC's declaration order, which
+    # the targets follow): the same coordinates as the JAX samplers'.
+    draws = np.asarray(trace.sample_stats["unconstrained_draw"])
+    grads = int(np.asarray(trace.sample_stats["n_steps"]).sum()
+                + np.asarray(trace.warmup_sample_stats["n_steps"]).sum())
+    # nutpie does not split its time: warm-up and sampling are reported together.
+    return draws, grads, compile_s, seconds, 0.0
+
+
+def _reference_check(target, draws) -> dict:
+    """Max |z| of the means and the sd ratios against a posteriordb reference, if any."""
+    ref = target.extras.get("reference")
+    if ref is None:
+        return {}
+    draws = target.extras["constrain"](np.asarray(draws, np.float64))
+    flat = draws.reshape(-1, draws.shape[-1])
+    mcse = flat.std(0) / np.sqrt(fm.ess(draws, method="mean", per_chain=False))
+    ref_mcse = np.asarray(ref["sd"]) / np.sqrt(ref["num_draws"])
+    z = (flat.mean(0) - np.asarray(ref["mean"])) / np.sqrt(mcse**2 + ref_mcse**2)
+    ratio = flat.std(0) / np.asarray(ref["sd"])
+    return {"reference_max_abs_z": float(np.abs(z).max()),
+            "reference_sd_ratio": [float(ratio.min()), float(ratio.max())]}
+
+
 def race_start(target, chains):
     """The race's initial positions (``chains`` of them) and the key every sampler runs with."""
     key_init, key_run = jax.random.split(jax.random.key(0))
-    return target.initial_positions(key_init, chains), key_run
+    dtype = jax.numpy.float64 if jax.config.jax_enable_x64 else jax.numpy.float32
+    return target.initial_positions(key_init, chains, dtype), key_run
 
 
 def run_cell(target_name, sampler, args, root=RESULTS):
     path = root / target_name / f"{sampler}.json"
     protocol = {"chains": args.chains, "samples": args.samples,
                 "fisher_warmup": args.fisher_warmup, "nuts_warmup": args.nuts_warmup}
+    if getattr(args, "score_prior_weight", None) is not None:
+        protocol["score_prior_weight"] = args.score_prior_weight
     if path.exists() and json.loads(path.read_text())["protocol"] == protocol:
         print(f"  cached   {target_name:14s} {sampler}")
         return
+    with jax.enable_x64(target_name in POSTERIORDB):
+        _run_and_record(target_name, sampler, args, protocol, path)
+
+
+def _run_and_record(target_name, sampler, args, protocol, path):
     target = fm.targets.get(target_name)
     positions, key_run = race_start(target, args.chains)
     if sampler.startswith("fisher_mala"):
@@ -135,12 +218,19 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
     elif sampler in WHITENED:
-        name = sampler.removesuffix("_pooled")
+        name, pooled = sampler.removesuffix("_pooled"), sampler.endswith("pooled")
+        extra = {}
+        if "score_prior_weight" in protocol and not pooled:
+            extra["score_prior_weight"] = protocol["score_prior_weight"]
         r = fm.sample(key_run, name, target.logdensity_fn, positions,
                       num_warmup=args.fisher_warmup, num_samples=args.samples,
-                      pooled=sampler.endswith("pooled"))
+                      pooled=pooled, **extra)
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
+    elif sampler in NUTPIE:
+        draws, grads, compile_s, warm_s, sample_s = _run_nutpie(
+            target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup,
+            args.samples)
     elif sampler.startswith("nuts"):
         draws, grads, compile_s, warm_s, sample_s = _run_nuts(
             target, positions, key_run, sampler == "nuts_diag", args.nuts_warmup, args.samples)
@@ -161,6 +251,8 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         "device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
         "jax": jax.__version__,
         "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+        "dtype": str(positions.dtype),
+        **_reference_check(target, draws),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
@@ -234,8 +326,9 @@ def render_whitened(root=RESULTS) -> str:
     lines = ["| target | d | " + " | ".join(names) + " | Fisher NUTS / best peer |",
              "|" + "---|" * (len(names) + 3)]
     per_grad = ["| target | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
-    wins = []
-    for target in TARGETS:
+    cost = list(per_grad)
+    wins, grad_wins = [], []
+    for target in (*TARGETS, *POSTERIORDB):
         rows = {s: json.loads(p.read_text()) for s in names
                 if (p := root / target / f"{s}.json").exists()}
         if not any(s in rows for s in WHITENED):
@@ -248,13 +341,88 @@ def render_whitened(root=RESULTS) -> str:
         ratio = f"{fisher / max(peers):.2f}" if peers else ""
         if peers:
             wins.append(fisher >= max(peers))
+        if "nutpie_low_rank" in rows and target in DENSE_CORRELATED:
+            best = max(rows[s]["bulk_min_per_grad"] for s in WHITENED[:2] if s in rows)
+            grad_wins.append(best > rows["nutpie_low_rank"]["bulk_min_per_grad"])
         lines.append(f"| {target} | {dim} | " + " | ".join(cells) + f" | {ratio} |")
         per_grad.append(f"| {target} | " + " | ".join(grads) + " |")
+        micro = [f"{1e6 * _seconds(rows[s]) / rows[s]['grad_evals']:.1f}" if s in rows else ""
+                 for s in names]
+        cost.append(f"| {target} | " + " | ".join(micro) + " |")
     verdict = (f"Fisher NUTS (best of per-chain and pooled R) at least equal to the best "
-               f"BlackJAX NUTS in min ESS/s on {sum(wins)} of {len(wins)} targets.")
+               f"peer in min ESS/s on {sum(wins)} of {len(wins)} targets; ahead of nutpie's "
+               f"low-rank adaptation in min ESS per gradient on {sum(grad_wins)} of "
+               f"{len(grad_wins)} dense-correlated targets raced against it.")
     return "\n".join(["Min bulk ESS per second (warm-up + sampling, compile apart):", "",
                       *lines, "", verdict, "", "Min bulk ESS per gradient evaluation:", "",
-                      *per_grad])
+                      *per_grad, "", "Microseconds per gradient evaluation (warm-up + sampling "
+                      "time over all gradients, sampler overhead included):", "", *cost])
+
+
+def _seconds(record) -> float:
+    return record["seconds"]["warmup"] + record["seconds"]["sampling"]
+
+
+HANDOVER = RESULTS.parent / "fisher_nuts_handover"
+
+
+def render_handover(root=HANDOVER, main_root=RESULTS) -> str:
+    """Fisher NUTS against the warm-up length (the hand-over point), min bulk ESS/s."""
+    cells = {}
+    for path in [*root.glob("warmup_*/*/*.json"), *main_root.glob("*/fisher_nuts*.json")]:
+        r = json.loads(path.read_text())
+        if r["sampler"] in WHITENED[:2]:
+            key = (r["target"], r["sampler"])
+            cells.setdefault(key, {})[r["protocol"]["fisher_warmup"]] = r
+    warmups = sorted({w for by_w in cells.values() for w in by_w})
+    targets = [t for t in (*TARGETS, *POSTERIORDB)
+               if any(k[0] == t and len(v) > 1 for k, v in cells.items())]
+    lines = ["| target | sampler | " + " | ".join(f"warm-up {w}" for w in warmups) + " |",
+             "|" + "---|" * (len(warmups) + 2)]
+    for target in targets:
+        for sampler in WHITENED[:2]:
+            by_w = cells.get((target, sampler), {})
+            row = [f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})"
+                   if w in by_w else "" for w in warmups]
+            lines.append(f"| {target} | {sampler} | " + " | ".join(row) + " |")
+    return "\n".join(["Min bulk ESS per second (min bulk ESS) against the warm-up length "
+                      "(a tenth of it tunes the step):", "", *lines])
+
+
+KEEP_LEARNING = RESULTS.parent / "fisher_nuts_keep_learning"
+
+
+def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
+    """Fisher NUTS with R frozen after the Fisher phase against R learning from its draws."""
+    variants = sorted(root.glob("n0_*"), key=lambda p: float(p.name[3:]))
+    head = ["frozen R", *[f"learning, n0 = {p.name[3:]}" for p in variants]]
+    lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    for target in (*TARGETS, *POSTERIORDB):
+        paths = [main_root / target / "fisher_nuts.json",
+                 *[p / target / "fisher_nuts.json" for p in variants]]
+        if not all(p.exists() for p in paths):
+            continue
+        rows = [json.loads(p.read_text()) for p in paths]
+        cells = [f"{r['bulk_min_per_second']:.0f} ({r['bulk_min_per_grad']:.3f})" for r in rows]
+        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+    return "\n".join(["Min bulk ESS per second (per gradient), per-chain R, R frozen after the "
+                      "Fisher phase or learning from the scores at NUTS's draws in the second "
+                      "half of the step-size phase:", "", *lines])
+
+
+DOCS_PAGE = RESULTS.parents[2] / "docs" / "fisher_nuts.md"
+MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
+
+
+def write_whitened_docs(page=DOCS_PAGE) -> str:
+    """Replace the race tables of ``docs/fisher_nuts.md`` by the rendered cached cells."""
+    text = page.read_text()
+    head, rest = text.split(MARKERS[0])
+    _, tail = rest.split(MARKERS[1])
+    body = "\n\n".join([render_whitened(), render_handover(), render_keep_learning()])
+    new = f"{head}{MARKERS[0]}\n{body}\n{MARKERS[1]}{tail}"
+    page.write_text(new)
+    return new
 
 
 def main(argv=None):
@@ -263,21 +431,30 @@ def main(argv=None):
     parser.add_argument("--samplers", default="all")
     for option, default in FULL_PROTOCOL.items():
         parser.add_argument(f"--{option.replace('_', '-')}", type=int, default=default)
+    parser.add_argument("--score-prior-weight", type=float, default=None,
+                        help="Fisher NUTS keeps learning R from its draws' scores")
     parser.add_argument("--render", action="store_true")
     parser.add_argument("--render-whitened", action="store_true",
-                        help="print the Fisher NUTS race table (docs/fisher_nuts.md)")
+                        help="print the Fisher NUTS race tables")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="write the Fisher NUTS race tables into docs/fisher_nuts.md")
     parser.add_argument("--root", type=Path, default=RESULTS,
                         help="cache folder (e.g. results/race_gpu for an accelerator's run)")
     args = parser.parse_args(argv)
     if args.render:
         print(render(args.root))
         return
+    if args.write_docs:
+        write_whitened_docs()
+        return
     if args.render_whitened:
         print(render_whitened(args.root))
+        print()
+        print(render_handover())
         return
     targets = TARGETS if args.targets == "all" else args.targets.split(",")
     samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
-    samplers = (*SAMPLERS, *WHITENED) if args.samplers == "every" else samplers
+    samplers = (*SAMPLERS, *WHITENED, *NUTPIE) if args.samplers == "every" else samplers
     for target in targets:
         for sampler in samplers:
             run_cell(target, sampler, args, root=args.root)

@@ -34,7 +34,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import fisher, mala, validation
-from fisher_mala.base import ArrayTree
+from fisher_mala.base import AdaptationAlgorithm, ArrayTree
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.proposals import langevin_transition
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
@@ -459,11 +459,21 @@ def adaptive_phase(step_fn, state, num_steps, offset, block, finish_block, snaps
     return state, _concat_infos(*infos), trace
 
 
-def mala_warmup(logdensity_fn: Callable, **options) -> MALAWarmup:
-    """Build a :class:`MALAWarmup`."""
-    return MALAWarmup(logdensity_fn, **options)
+def mala_warmup(logdensity_fn: Callable, **options) -> AdaptationAlgorithm:
+    """MALA's warm-up as an ``AdaptationAlgorithm`` (the shape of BlackJAX's adaptations).
+
+    ``run(rng_key, position, num_steps) -> ((state, parameters), info)`` with a
+    :class:`~fisher_mala.mala.MALAState`, :class:`WarmupParameters` and
+    :class:`WarmupInfo`; ``options`` as in :class:`MALAWarmup`.
+    """
+    return AdaptationAlgorithm(MALAWarmup(logdensity_fn, **options).run)
 
 
-def fisher_mala_warmup(logdensity_fn: Callable, **options) -> FisherMALAWarmup:
-    """Build a :class:`FisherMALAWarmup`."""
-    return FisherMALAWarmup(logdensity_fn, **options)
+def fisher_mala_warmup(logdensity_fn: Callable, **options) -> AdaptationAlgorithm:
+    """Algorithm 1's warm-up as an ``AdaptationAlgorithm``.
+
+    ``run(rng_key, position, num_steps) -> ((state, parameters), info)``: the state is
+    ready for ``fm.fisher_mala(..., adapt=False)``'s kernel, ``parameters.sqrt_precond``
+    is the learned ``R``; ``options`` as in :class:`FisherMALAWarmup`.
+    """
+    return AdaptationAlgorithm(FisherMALAWarmup(logdensity_fn, **options).run)

@@ -27,6 +27,7 @@ from fisher_mala import validation
 from fisher_mala.adaptation import FisherMALAWarmup, WarmupInfo, WarmupParameters
 from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
 from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.sqrt_precond import rank_one_update, whitened_product
 from fisher_mala.whitened_hmc import (
     NUTS_TARGET_ACCEPTANCE,
     TRAJECTORY_LENGTH,
@@ -60,6 +61,12 @@ class FisherHMCWarmup:
         Dual-averaging target (0.8).
     max_num_doublings, num_integration_steps, divergence_threshold
         As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
+    score_prior_weight
+        ``None``: ``R`` is frozen after the Fisher phase. A number ``n0 > 0``: in the
+        second half of the step-size phase ``R`` keeps learning from the scores at NUTS's
+        draws (Eq. (11)'s signal, nearly independent draws), averaged with the Fisher
+        phase's estimate weighted as ``n0 * d`` draws (Appendix B with
+        ``gamma_k = 1 / (n0 d + k)``, after rescaling ``R`` to the target's scale).
     **fisher_options
         Options of the Fisher phase (``num_mala_steps``, ``damping``, ``signal``,
         ``learning_rate``, ``initial_step_size``, ...).
@@ -75,9 +82,14 @@ class FisherHMCWarmup:
         max_num_doublings: int = 10,
         num_integration_steps: int | None = None,
         divergence_threshold: float = 1000.0,
+        score_prior_weight: float | None = None,
         **fisher_options,
     ):
         require_blackjax()
+        if score_prior_weight is not None:
+            validation.check_positive("score_prior_weight", score_prior_weight)
+            if pooled:
+                raise ValueError("`score_prior_weight` needs one R per chain (pooled=False).")
         validation.check_probability("hmc_target_acceptance_rate", hmc_target_acceptance_rate)
         if num_step_size_steps is not None and int(num_step_size_steps) < 0:
             raise ValueError(f"`num_step_size_steps` must be >= 0, got {num_step_size_steps}.")
@@ -97,6 +109,7 @@ class FisherHMCWarmup:
         self.max_num_doublings = int(max_num_doublings)
         self.num_integration_steps = num_integration_steps
         self.algorithm = algorithm
+        self.score_prior_weight = score_prior_weight
         self.kernel = build_kernel(algorithm, divergence_threshold=divergence_threshold)
 
     def split(self, num_steps: int) -> tuple[int, int]:
@@ -108,19 +121,67 @@ class FisherHMCWarmup:
         return num_steps - tune, tune
 
     def _tune_step_size(self, rng_key, state, initial_step, num_steps, offset, progress):
-        """Dual averaging of the leapfrog step for one chain with ``R`` frozen.
+        """Dual averaging of the leapfrog step for one chain (and, optionally, more learning).
 
-        Also returns the mean of ``|R^T g|^2`` over the visited states, which gives the
-        scale of the whitened target (:meth:`_normalize`). HMC's number of leapfrog steps
-        follows the running estimate of that scale, so that its trajectories last
-        ``TRAJECTORY_LENGTH`` in units of the target's spread.
+        Returns the state, the tuned step, the per-iteration info and the mean of
+        ``|R^T g|^2`` over the last visited states, which gives the scale of the whitened
+        target (:meth:`_normalize`).
         """
         blackjax = require_blackjax()
-        da_init, da_update, da_final = blackjax.adaptation.step_size.dual_averaging_adaptation(
-            self.target
-        )
+        da_init, _, da_final = blackjax.adaptation.step_size.dual_averaging_adaptation(self.target)
+        da = da_init(initial_step)
+        if self.score_prior_weight is None or num_steps < 2:
+            state, da, info, mean_sq = self._dual_averaging(
+                rng_key, state, da, num_steps, offset, progress, None
+            )
+        else:
+            first = num_steps // 2
+            key_first, key_second = jax.random.split(rng_key)
+            state, da, info_first, mean_sq = self._dual_averaging(
+                key_first, state, da, first, offset, progress, None
+            )
+            state, _, k = self._normalize(state, initial_step, mean_sq)
+            shift = jnp.log(k).astype(da.log_step_size.dtype)
+            da = da._replace(
+                log_step_size=da.log_step_size - shift,
+                log_step_size_avg=da.log_step_size_avg - shift,
+                mu=da.mu - shift,
+            )
+            prior = self.score_prior_weight * state.whitened_grad.shape[-1]
+            state, da, info_second, mean_sq = self._dual_averaging(
+                key_second, state, da, num_steps - first, offset + first, progress, prior
+            )
+            info = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info_first, info_second)
+        step = da_final(da) if num_steps else initial_step
+        return state, jnp.asarray(step, initial_step.dtype), info, mean_sq
+
+    def _dual_averaging(self, rng_key, state, da, num_steps, offset, progress, prior_weight):
+        """``num_steps`` NUTS / HMC transitions with dual averaging of the leapfrog step.
+
+        HMC's number of leapfrog steps follows the running estimate of the whitened
+        target's scale, so that its trajectories last ``TRAJECTORY_LENGTH`` in units of the
+        target's spread. With ``prior_weight``, ``R`` also absorbs the score at every draw
+        (:class:`FisherHMCWarmup`'s ``score_prior_weight``).
+        """
+        blackjax = require_blackjax()
+        _, da_update, _ = blackjax.adaptation.step_size.dual_averaging_adaptation(self.target)
         dim = state.whitened_grad.shape[-1]
-        dtype = initial_step.dtype
+        dtype = state.whitened_grad.dtype
+
+        def learn(state, k):
+            # A_k^{-1} = (1 - gamma) A_{k-1}^{-1} + gamma s s^T, gamma = 1 / (prior + k)
+            gamma = (1.0 / (prior_weight + k)).astype(dtype)
+            made = rank_one_update(
+                state.sqrt_precond,
+                jnp.zeros((), dtype),  # the trace is not used by NUTS
+                state.whitened_grad,
+                1.0 / jnp.sqrt(1.0 - gamma),
+                (1.0 - gamma) / gamma,
+            )
+            return state._replace(
+                sqrt_precond=made.sqrt_precond,
+                whitened_grad=whitened_product(made, state.whitened_grad),
+            )
 
         def body(carry, iteration):
             state, da, sum_sq, count = carry
@@ -135,14 +196,15 @@ class FisherHMCWarmup:
                 key, state, self.logdensity_fn, step, steps, self.max_num_doublings
             )
             sum_sq = sum_sq + jnp.sum(state.whitened_grad**2)
+            if prior_weight is not None:
+                state = learn(state, count)
             return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
 
-        start = (state, da_init(initial_step), jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
+        start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
         (state, da, sum_sq, count), info = scan_with_progress(
             body, start, num_steps, offset, progress
         )
-        step = da_final(da) if num_steps else initial_step
-        return state, jnp.asarray(step, dtype), info, sum_sq / count
+        return state, da, info, sum_sq / count
 
     @staticmethod
     def _initial_leapfrog_step(fstate, dim):

@@ -112,3 +112,14 @@ def test_block_update_forms_agree_and_the_ab_benchmark_runs(x64):
     assert float(ours.trace_precond) == pytest.approx(float(first.trace_precond), rel=1e-10)
     row = block_update.measure(8, rounds=1)
     assert row["us"]["cholesky"] > 0 and row["us"]["eigh"] > 0
+
+
+def test_fisher_nuts_page_shows_the_committed_race(tmp_path):
+    """docs/fisher_nuts.md's race tables are what the harness renders from the results."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import versus_blackjax
+
+    committed = (ROOT / "docs" / "fisher_nuts.md").read_text()
+    page = tmp_path / "fisher_nuts.md"
+    page.write_text(committed)
+    assert versus_blackjax.write_whitened_docs(page) == committed

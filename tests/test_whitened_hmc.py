@@ -81,7 +81,8 @@ def _z_scores(samples, mean, sd):
 
 @pytest.mark.parametrize(
     "sampler,options",
-    [("fisher_nuts", {}), ("fisher_hmc", {}), ("fisher_nuts", {"pooled": True})],
+    [("fisher_nuts", {}), ("fisher_hmc", {}), ("fisher_nuts", {"pooled": True}),
+     ("fisher_nuts", {"score_prior_weight": 1.0})],
 )
 def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
     d = 8
@@ -158,6 +159,8 @@ def test_divergences_are_reported_and_never_enter_the_state():
         ({"num_step_size_steps": -1}, "num_step_size_steps"),
         ({"hmc_target_acceptance_rate": 1.5}, "hmc_target_acceptance_rate"),
         ({"max_num_doublings": 0}, "max_num_doublings"),
+        ({"score_prior_weight": -1.0}, "score_prior_weight"),
+        ({"score_prior_weight": 1.0, "pooled": True}, "score_prior_weight"),
         ({"bogus": 1}, "Invalid option"),
     ],
 )

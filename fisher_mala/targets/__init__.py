@@ -1,4 +1,4 @@
-"""The paper's targets (Section 5), in one registry.
+"""The paper's targets (Section 5) and four posteriordb posteriors, in one registry.
 
 >>> import fisher_mala as fm
 >>> target = fm.targets.get("gp")          # or fm.targets.gp_gaussian()
@@ -19,6 +19,7 @@ from fisher_mala.targets.logistic import (
     logistic_logdensity,
     logistic_regression,
 )
+from fisher_mala.targets.posteriordb import POSTERIORS, posteriordb_target
 
 __all__ = [
     "Target",
@@ -33,4 +34,6 @@ __all__ = [
     "load_dataset",
     "logistic_logdensity",
     "logistic_regression",
+    "POSTERIORS",
+    "posteriordb_target",
 ]
