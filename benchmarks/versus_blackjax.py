@@ -410,6 +410,22 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
                       "half of the step-size phase:", "", *lines])
 
 
+def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
+    """Fisher NUTS's ``chain_method`` table (``python -m benchmarks.chain_method``)."""
+    if not path.exists():
+        return ""
+    rows = json.loads(path.read_text())["rows"]
+    lines = ["| target | vectorized | sequential |", "|---|---|---|"]
+    for target in dict.fromkeys(r["target"] for r in rows):
+        cells = [", ".join(f"{r['bulk_min_per_second']:.0f}" for r in rows
+                           if r["target"] == target and r["chain_method"] == m)
+                 for m in ("vectorized", "sequential")]
+        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+    return "\n".join(["Fisher NUTS, min bulk ESS per second of two runs, chains batched "
+                      "(`chain_method=\"vectorized\"`, the default) or one after the other "
+                      "(`\"sequential\"`):", "", *lines])
+
+
 DOCS_PAGE = RESULTS.parents[2] / "docs" / "fisher_nuts.md"
 MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
 
@@ -419,7 +435,8 @@ def write_whitened_docs(page=DOCS_PAGE) -> str:
     text = page.read_text()
     head, rest = text.split(MARKERS[0])
     _, tail = rest.split(MARKERS[1])
-    body = "\n\n".join([render_whitened(), render_handover(), render_keep_learning()])
+    body = "\n\n".join([render_whitened(), render_handover(), render_keep_learning(),
+                        render_chain_method()])
     new = f"{head}{MARKERS[0]}\n{body}\n{MARKERS[1]}{tail}"
     page.write_text(new)
     return new
