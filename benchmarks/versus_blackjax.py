@@ -442,6 +442,34 @@ def write_whitened_docs(page=DOCS_PAGE) -> str:
     return new
 
 
+PLOT = DOCS_PAGE.parent / "images" / "fisher_nuts_race.png"
+
+
+def plot_whitened(out=PLOT, root=RESULTS) -> Path:
+    """Min bulk ESS/s per target, the Fisher samplers and the peers side by side, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ("fisher_nuts_pooled", "fisher_nuts", "fisher_hmc", *PEERS)
+    targets = [t for t in (*TARGETS, *POSTERIORDB) if (root / t / "fisher_nuts.json").exists()]
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [json.loads(p.read_text())["bulk_min_per_second"]
+                  if (p := root / t / f"{name}.json").exists() else np.nan for t in targets]
+        ax.bar(np.arange(len(targets)) + i * width, values, width, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(targets)) + 0.4 - width / 2, targets, rotation=30, ha="right")
+    ax.set_ylabel("min bulk ESS per second")
+    ax.legend(ncol=len(names), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="all")
@@ -463,6 +491,7 @@ def main(argv=None):
         return
     if args.write_docs:
         write_whitened_docs()
+        plot_whitened()
         return
     if args.render_whitened:
         print(render_whitened(args.root))
