@@ -27,7 +27,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, sampling_algorithm
 from fisher_mala.mala import MALAInfo
 from fisher_mala.proposals import langevin_transition, normalized_step_size
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
@@ -189,8 +189,7 @@ def as_top_level_api(
     validation.check_positive("damping", damping, "The paper uses lambda = 10.")
     kernel = build_kernel(target_acceptance_rate, step_size_learning_rate)
 
-    def init_fn(position, rng_key=None):
-        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+    def init_fn(position):
         validation.check_position(position)
         validation.check_logdensity(logdensity_fn, position)
         flat = ravel(position)
@@ -198,8 +197,4 @@ def as_top_level_api(
         covariance = haario_update(haario_init(flat.shape[0], damping, flat.dtype), flat)
         return init(position, logdensity, grad, covariance, step_size)
 
-    @jax.jit
-    def step_fn(rng_key, state):
-        return kernel(rng_key, state, logdensity_fn)
-
-    return SamplingAlgorithm(init_fn, step_fn)
+    return sampling_algorithm(init_fn, lambda rng_key, state: kernel(rng_key, state, logdensity_fn))

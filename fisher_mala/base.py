@@ -24,6 +24,7 @@ __all__ = [
     "select",
     "is_finite",
     "accept",
+    "sampling_algorithm",
 ]
 
 ArrayTree = Any
@@ -73,6 +74,22 @@ class SamplingAPI:
 
     def __call__(self, *args, **kwargs) -> SamplingAlgorithm:
         return self._top_level(*args, **kwargs)
+
+
+def sampling_algorithm(init_fn: Callable, step_fn: Callable) -> SamplingAlgorithm:
+    """The top-level pair of a kernel: ``init(position, rng_key=None)`` and a jitted step.
+
+    ``init_fn(position)`` is deterministic: the key is accepted (and ignored) so that
+    BlackJAX's ``run_inference_algorithm`` can call it. ``step_fn(rng_key, state)`` should
+    close over callables and scalars only (arrays closed over become compile-time
+    constants).
+    """
+
+    def init(position, rng_key=None):
+        del rng_key
+        return init_fn(position)
+
+    return SamplingAlgorithm(init, jax.jit(step_fn))
 
 
 def select(condition, on_true: ArrayTree, on_false: ArrayTree) -> ArrayTree:

@@ -8,18 +8,9 @@ One step (``adapt=True``) is one iteration of Algorithm 1's loop:
 3. ``u_y = R^T g_y`` (computed as ``g_y @ R``, the fast orientation on XLA:CPU);
 4. accept with Proposition 1's ``h`` terms (dot products of ``w``, ``u_x``, ``u_y``);
 5. the adaptation signal in whitened form ``phi = R^T s_n``, free from ``u_x`` and
-   ``u_y``:
-
-   ==================  ===========================================  ==============
-   ``signal``          ``s_n``                                      paper
-   ==================  ===========================================  ==============
-   ``"rao_blackwell"`` ``sqrt(alpha) (g_y - g_x)``                  Eq. (16), Alg. 1
-   ``"increment"``     ``1[accepted] (g_y - g_x)``                  Eq. (15)
-   ``"score"``         ``g_x`` (the raw, non-centred score)         Eq. (11)
-   ``"centered"``      ``g_x - sbar_{n-1}`` with the paired mean    Appendix C
-   ==================  ===========================================  ==============
-
-6. the square-root update of :func:`fisher_mala.sqrt_precond.rank_one_update`
+   ``u_y`` (:func:`fisher_mala.preconditioner.whitened_signal`: Eq. (16), Eq. (15), the
+   score of Eq. (11), Appendix C's centred score);
+6. the square-root update of :func:`fisher_mala.preconditioner.fisher_preconditioner`
    (Prop. 4, or Appendix B with ``learning_rate``, or Appendix C for ``"centered"``);
 7. ``sigma^2 <- sigma^2 [1 + rho (alpha - alpha*)]``;
 8. ``tr(R R^T)``, the cached ``u = R^T g`` of the new state and (centred signal) the cached
@@ -55,9 +46,9 @@ from fisher_mala.preconditioner import (
     FisherPreconditionerState,
     carry_whitened,
     fisher_preconditioner,
+    refresh_trace,
     whitened_signal,
 )
-from fisher_mala.preconditioner import refresh_trace as _refresh_trace
 from fisher_mala.proposals import langevin_transition, normalized_step_size
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
 from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
@@ -194,15 +185,6 @@ def state_from(
     )
 
 
-def refresh_trace(state: FisherMALAState) -> FisherMALAState:
-    """Recompute ``tr(R R^T)`` exactly (one read of ``R``), re-anchoring the O(d) update.
-
-    The warm-up driver calls it every 1000 adaptive steps; see *Trace bookkeeping* in
-    :mod:`fisher_mala.sqrt_precond` for the drift it removes.
-    """
-    return _refresh_trace(state)
-
-
 def build_kernel(
     signal: str = "rao_blackwell",
     learning_rate: Callable | float | None = None,
@@ -299,14 +281,11 @@ def build_kernel(
     return kernel
 
 
-def _check_learning_rate(learning_rate, signal: str) -> None:
+def _check_learning_rate(learning_rate) -> None:
+    """Values of an Appendix B rate (its combination with the centred signal is refused by
+    :func:`fisher_mala.preconditioner.fisher_preconditioner`)."""
     if learning_rate is None:
         return
-    if signal == "centered":
-        raise ValueError(
-            "`learning_rate` cannot be combined with signal='centered': Appendix C fixes "
-            "its own rates. Use learning_rate=None, or another signal."
-        )
     probes = (2, 3, 10, 1000)
     if callable(learning_rate):
         try:
@@ -383,7 +362,7 @@ def as_top_level_api(
         hint="Algorithm 1 uses 0.015.",
     )
     validation.check_choice("signal", signal, SIGNALS)
-    _check_learning_rate(learning_rate, signal)
+    _check_learning_rate(learning_rate)
     if not callable(logdensity_fn):
         raise TypeError(f"`logdensity_fn` must be callable, got {logdensity_fn!r}.")
     kernel = build_kernel(signal, learning_rate, adapt)

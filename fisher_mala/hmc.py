@@ -17,8 +17,8 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, is_finite
-from fisher_mala.proposals import metropolis_hastings
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, sampling_algorithm
+from fisher_mala.proposals import guarded_metropolis_hastings
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
 
 __all__ = [
@@ -89,10 +89,10 @@ def build_kernel(
         log_ratio = (logdensity_y - 0.5 * jnp.dot(p1, p1)) - (
             state.logdensity - 0.5 * jnp.dot(p0, p0)
         )
-        finite = is_finite(log_ratio, grad_y, y)
+        accepted, rate, finite = guarded_metropolis_hastings(
+            key_accept, log_ratio, log_ratio, grad_y, y
+        )
         divergent = ~finite | (jnp.abs(log_ratio) > divergence_threshold)
-        log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
-        accepted, rate = metropolis_hastings(key_accept, log_ratio)
         new_state = accept(
             accepted,
             state,
@@ -123,12 +123,7 @@ def as_top_level_api(
         raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
     kernel = build_kernel(int(num_integration_steps), divergence_threshold)
 
-    def init_fn(position, rng_key=None):
-        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
-        return init(position, logdensity_fn)
-
-    @jax.jit
-    def step_fn(rng_key, state):
-        return kernel(rng_key, state, logdensity_fn, step_size)
-
-    return SamplingAlgorithm(init_fn, step_fn)
+    return sampling_algorithm(
+        lambda position: init(position, logdensity_fn),
+        lambda rng_key, state: kernel(rng_key, state, logdensity_fn, step_size),
+    )

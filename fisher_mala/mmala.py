@@ -33,8 +33,8 @@ from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, is_finite
-from fisher_mala.proposals import metropolis_hastings
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, sampling_algorithm
+from fisher_mala.proposals import guarded_metropolis_hastings
 from fisher_mala.pytree import ravel
 
 __all__ = [
@@ -126,6 +126,8 @@ def init(position: ArrayTree, logdensity_fn: Callable, metric_fn: Callable | Non
 
     ``metric_fn(position) -> (d, d)`` is optional (default: the negative Hessian).
     """
+    validation.check_position(position)
+    validation.check_logdensity(logdensity_fn, position)
     flat, unravel = ravel_pytree(position)
     logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
     chol, natural, logdet, _ = _geometry(
@@ -153,10 +155,10 @@ def build_kernel(metric_fn: Callable | None = None) -> Callable:
         back = chol_y.T @ (x - mean_y)
         log_q_back = 0.5 * logdet_y - 0.5 * jnp.dot(back, back) / step
         log_q_forward = 0.5 * state.metric_logdet - 0.5 * jnp.dot(eta, eta)
-        finite = is_finite(logdensity_y, grad_y, natural_y, logdet_y)
         log_ratio = logdensity_y - state.logdensity + log_q_back - log_q_forward
-        log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
-        accepted, rate = metropolis_hastings(key_accept, log_ratio)
+        accepted, rate, finite = guarded_metropolis_hastings(
+            key_accept, log_ratio, logdensity_y, grad_y, natural_y, logdet_y
+        )
         new_state = accept(
             accepted,
             state,
@@ -185,14 +187,7 @@ def as_top_level_api(
     validation.check_positive("step_size", step_size, "It is sigma^2 of the proposal.")
     kernel = build_kernel(metric_fn)
 
-    def init_fn(position, rng_key=None):
-        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
-        validation.check_position(position)
-        validation.check_logdensity(logdensity_fn, position)
-        return init(position, logdensity_fn, metric_fn)
-
-    @jax.jit
-    def step_fn(rng_key, state):
-        return kernel(rng_key, state, logdensity_fn, step_size)
-
-    return SamplingAlgorithm(init_fn, step_fn)
+    return sampling_algorithm(
+        lambda position: init(position, logdensity_fn, metric_fn),
+        lambda rng_key, state: kernel(rng_key, state, logdensity_fn, step_size),
+    )

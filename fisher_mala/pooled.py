@@ -32,18 +32,18 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, is_finite
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, sampling_algorithm
 from fisher_mala.fisher import FisherMALAInfo
 from fisher_mala.preconditioner import (
     FisherPreconditionerState,
     carry_whitened,
     fisher_preconditioner,
+    refresh_trace,
     whitened_signal,
 )
-from fisher_mala.preconditioner import refresh_trace as _refresh_trace
 from fisher_mala.proposals import (
+    guarded_metropolis_hastings,
     log_proposal_ratio,
-    metropolis_hastings,
     normalized_step_size,
     whitened_increment,
 )
@@ -122,11 +122,6 @@ def init(positions: ArrayTree, logdensity_fn: Callable, step_size, damping=10.0)
     return state_from(positions, logdensity, grad, step_size, damping)
 
 
-def refresh_trace(state: PooledFisherState) -> PooledFisherState:
-    """Recompute ``tr(R R^T)`` exactly (see :func:`fisher_mala.fisher.refresh_trace`)."""
-    return _refresh_trace(state)
-
-
 def build_kernel(adapt: bool = True) -> Callable:
     """Pooled kernel ``(rng_key, state, logdensity_fn, target, rho) -> (state, info)``.
 
@@ -152,11 +147,11 @@ def build_kernel(adapt: bool = True) -> Callable:
         value_and_grad = jax.vmap(jax.value_and_grad(lambda z: logdensity_fn(unravel_one(z))))
         logdensity_y, grad_y = value_and_grad(y)  # one evaluation per chain
         u_y = grad_y @ r  # all chains' R^T g_y: one read of R
-        finite = jax.vmap(is_finite)(logdensity_y, grad_y, u_y)
         ratio = logdensity_y - state.logdensity
         ratio += jax.vmap(log_proposal_ratio, (0, 0, 0, None))(w, state.whitened_grad, u_y, step)
-        ratio = jnp.where(finite, ratio, -jnp.inf)
-        accepted, alpha = jax.vmap(metropolis_hastings)(accept_keys, ratio)
+        accepted, alpha, finite = jax.vmap(guarded_metropolis_hastings)(
+            accept_keys, ratio, logdensity_y, grad_y, u_y
+        )
         info = FisherMALAInfo(alpha, accepted, finite, jnp.broadcast_to(step, alpha.shape))
         new_state = accept(
             accepted,
@@ -211,16 +206,14 @@ def as_top_level_api(
     validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
     kernel = build_kernel(adapt)
 
-    def init_fn(positions, rng_key=None):
-        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
+    def init_fn(positions):
         validation.check_position(positions)
         validation.check_logdensity(logdensity_fn, jax.tree.map(lambda x: x[0], positions))
         return init(positions, logdensity_fn, step_size, damping)
 
-    @jax.jit
     def step_fn(rng_key, state):
         return kernel(
             rng_key, state, logdensity_fn, target_acceptance_rate, step_size_learning_rate
         )
 
-    return SamplingAlgorithm(init_fn, step_fn)
+    return sampling_algorithm(init_fn, step_fn)

@@ -37,6 +37,7 @@ __all__ = [
     "whitened_increment",
     "log_proposal_ratio",
     "metropolis_hastings",
+    "guarded_metropolis_hastings",
     "langevin_transition",
 ]
 
@@ -133,6 +134,25 @@ def metropolis_hastings(rng_key, log_acceptance_ratio: Array) -> tuple[Array, Ar
     return uniform < acceptance_rate, acceptance_rate
 
 
+def guarded_metropolis_hastings(
+    rng_key, log_acceptance_ratio: Array, *proposal
+) -> tuple[Array, Array, Array]:
+    """The non-finite guard and the M-H test of every kernel of the library.
+
+    ``proposal``: the arrays (pytrees) of the proposed state that must all be finite
+    (log density, gradient, ...); if one is not, the log ratio is ``-inf`` and the
+    proposal is rejected.
+
+    Returns
+    -------
+    is_accepted, acceptance_rate, is_finite
+    """
+    finite = is_finite(*proposal)
+    log_ratio = jnp.where(finite, log_acceptance_ratio, -jnp.inf)
+    is_accepted, acceptance_rate = metropolis_hastings(rng_key, log_ratio)
+    return is_accepted, acceptance_rate, finite
+
+
 def langevin_transition(
     rng_key,
     position: Array,
@@ -164,14 +184,15 @@ def langevin_transition(
     new_position = position + color(increment)
     new_logdensity, new_grad = logdensity_and_grad_fn(new_position)
     new_whitened = whiten(new_grad)
-    finite = is_finite(new_logdensity, new_grad, new_whitened)
     log_ratio = (
         new_logdensity
         - logdensity
         + log_proposal_ratio(increment, whitened_grad, new_whitened, step_size)
     )
+    is_accepted, acceptance_rate, finite = guarded_metropolis_hastings(
+        key_accept, log_ratio, new_logdensity, new_grad, new_whitened
+    )
     log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
-    is_accepted, acceptance_rate = metropolis_hastings(key_accept, log_ratio)
     return LangevinTransition(
         position=new_position,
         logdensity=new_logdensity,

@@ -32,7 +32,14 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, accept, is_finite
+from fisher_mala.base import (
+    ArrayTree,
+    SamplingAlgorithm,
+    SamplingAPI,
+    accept,
+    is_finite,
+    sampling_algorithm,
+)
 from fisher_mala.pytree import ravel
 
 __all__ = [
@@ -272,17 +279,12 @@ def as_top_level_api(
         raise ValueError(f"`max_num_doublings` must be >= 1, got {max_num_doublings}.")
     kernel = build_kernel(algorithm, integrator, divergence_threshold)
 
-    def init_fn(position, rng_key=None):
-        del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
-        return init(position, logdensity_fn, sqrt_precond)
-
-    @jax.jit
     def step_fn(rng_key, state):
         return kernel(
             rng_key, state, logdensity_fn, step_size, num_integration_steps, max_num_doublings
         )
 
-    return SamplingAlgorithm(init_fn, step_fn)
+    return sampling_algorithm(lambda position: init(position, logdensity_fn, sqrt_precond), step_fn)
 
 
 def _nuts_top_level(logdensity_fn, step_size, sqrt_precond, **options) -> SamplingAlgorithm:

@@ -105,11 +105,14 @@ class FisherHMCWarmup:
         else:
             self.fisher = FisherMALAWarmup(logdensity_fn, **fisher_options)
         self.num_step_size_steps = num_step_size_steps
-        self.target = hmc_target_acceptance_rate
         self.max_num_doublings = int(max_num_doublings)
         self.num_integration_steps = num_integration_steps
         self.algorithm = algorithm
         self.score_prior_weight = score_prior_weight
+        blackjax = require_blackjax()
+        self.dual_averaging = blackjax.adaptation.step_size.dual_averaging_adaptation(
+            hmc_target_acceptance_rate
+        )
         self.kernel = build_kernel(algorithm, divergence_threshold=divergence_threshold)
 
     def split(self, num_steps: int) -> tuple[int, int]:
@@ -127,8 +130,7 @@ class FisherHMCWarmup:
         ``|R^T g|^2`` over the last visited states, which gives the scale of the whitened
         target (:meth:`_normalize`).
         """
-        blackjax = require_blackjax()
-        da_init, _, da_final = blackjax.adaptation.step_size.dual_averaging_adaptation(self.target)
+        da_init, _, da_final = self.dual_averaging
         da = da_init(initial_step)
         if self.score_prior_weight is None or num_steps < 2:
             state, da, info, mean_sq = self._dual_averaging(
@@ -140,7 +142,7 @@ class FisherHMCWarmup:
             state, da, info_first, mean_sq = self._dual_averaging(
                 key_first, state, da, first, offset, progress, None
             )
-            state, _, k = self._normalize(state, initial_step, mean_sq)
+            state, k = self._normalize(state, mean_sq)
             shift = jnp.log(k).astype(da.log_step_size.dtype)
             da = da._replace(
                 log_step_size=da.log_step_size - shift,
@@ -163,8 +165,7 @@ class FisherHMCWarmup:
         target's spread. With ``prior_weight``, ``R`` also absorbs the score at every draw
         (:class:`FisherHMCWarmup`'s ``score_prior_weight``).
         """
-        blackjax = require_blackjax()
-        _, da_update, _ = blackjax.adaptation.step_size.dual_averaging_adaptation(self.target)
+        _, da_update, _ = self.dual_averaging
         dim = state.whitened_grad.shape[-1]
         dtype = state.whitened_grad.dtype
 
@@ -212,14 +213,15 @@ class FisherHMCWarmup:
         return jnp.sqrt(fstate.step_size * dim / fstate.trace_precond)
 
     @staticmethod
-    def _normalize(state, step, mean_sq_grad):
+    def _normalize(state, mean_sq_grad):
         """Rescale ``R`` so that the whitened target has unit scale.
 
         For a target with covariance ``c I`` in whitened coordinates,
         ``E |grad_u log pi|^2 = d / c`` (Fisher's identity), so ``R <- sqrt(c) R`` makes
         ``A = R R^T`` an estimate of the covariance itself rather than of the
-        un-normalized Eq. (11) matrix; the chain is unchanged (the whitened gradient is
-        multiplied and the leapfrog step divided by ``sqrt(c)``).
+        un-normalized Eq. (11) matrix. Returns the state (its whitened gradient multiplied by
+        ``k = sqrt(c)`` too) and ``k``; the caller divides the leapfrog step by ``k``, so the
+        chain is unchanged.
         """
         dim = state.whitened_grad.shape[-1]
         k = jnp.sqrt(dim / mean_sq_grad)
@@ -227,7 +229,7 @@ class FisherHMCWarmup:
             sqrt_precond=state.sqrt_precond * k[..., None, None],
             whitened_grad=state.whitened_grad * k[..., None],
         )
-        return state, step / k, k
+        return state, k
 
     def _finish(self, finfo, info, step, sqrt_precond):
         merged = WarmupInfo(
@@ -254,7 +256,8 @@ class FisherHMCWarmup:
         state, step, info, mean_sq = self._tune_step_size(
             key_tune, state, initial, num_tune, num_fisher, progress
         )
-        state, step, _ = self._normalize(state, step, mean_sq)
+        state, k = self._normalize(state, mean_sq)
+        step = step / k
         params, merged = self._finish(finfo, info, step, state.sqrt_precond)
         return (state, params), merged
 
@@ -279,7 +282,8 @@ class FisherHMCWarmup:
         keys = jax.random.split(key_tune, num_chains)
         states, steps, info, mean_sq = jax.vmap(tune)(keys, states)
         pooled_mean_sq = jnp.broadcast_to(jnp.mean(mean_sq), mean_sq.shape)  # one R for all
-        states, steps, k = self._normalize(states, steps, pooled_mean_sq)
+        states, k = self._normalize(states, pooled_mean_sq)
+        steps = steps / k
         params, merged = self._finish(finfo, info, steps, r * k[0])
         return (states, params), merged
 

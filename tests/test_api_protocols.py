@@ -120,10 +120,12 @@ def test_fm_sample_accepts_blackjax_algorithms():
     result = fm.sample(jax.random.key(0), blackjax.mala(logdensity, 0.3), logdensity, x0,
                        num_warmup=50, num_samples=100)
     assert np.asarray(result.samples).shape == (2, 100, DIM)
+    assert np.all(result.num_grad_evals == 150)  # one gradient per MALA step
     nuts = blackjax.nuts(logdensity, 0.5, jnp.ones(DIM))
     result = fm.sample(jax.random.key(0), nuts, logdensity, x0, num_warmup=20, num_samples=50)
-    # NUTS reports its leapfrog steps: they are the gradient count
-    assert np.all(result.num_grad_evals > 70)
+    # NUTS reports its leapfrog steps: they are the gradient count (about pi * 3 / 0.5 per
+    # trajectory on this target's widest scale, far more than one per step)
+    assert np.all(result.num_grad_evals > 3 * 70)
     with pytest.raises(TypeError, match="init"):
         fm.sample(jax.random.key(0), object(), logdensity, x0)
 
