@@ -426,6 +426,30 @@ def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
                       "(`\"sequential\"`):", "", *lines])
 
 
+def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
+    """MNIST (d = 785): every cached cell of the GPU and CPU races, with device and protocol.
+
+    Seconds are not comparable across devices; ESS per gradient is.
+    """
+    lines = ["| sampler | device | warm-up + draws | min bulk ESS | min ESS per gradient "
+             "| min ESS/s |", "|---|---|---|---|---|---|"]
+    for root in roots:
+        for sampler in (*WHITENED, "fisher_mala", "fisher_mala_pooled", *PEERS):
+            path = root / "mnist56" / f"{sampler}.json"
+            if not path.exists():
+                continue
+            r = json.loads(path.read_text())
+            p = r["protocol"]
+            warmup = p["fisher_warmup"] if sampler.startswith("fisher") else p["nuts_warmup"]
+            device = "CPU (2 cores)" if r.get("device_kind", "cpu") == "cpu" else r["device_kind"]
+            lines.append(f"| {sampler} | {device} | {warmup} + {p['samples']} | "
+                         f"{r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
+                         f"{r['bulk_min_per_second']:.3g} |")
+    return "\n".join(["MNIST (d = 785, N = 11339), float32, 4 chains, every cell run (GPU cells: "
+                      "`benchmarks/gpu_fisher_nuts.sh`, `benchmarks/gpu_session.sh`):", "",
+                      *lines])
+
+
 DOCS_PAGE = RESULTS.parents[2] / "docs" / "fisher_nuts.md"
 MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
 
@@ -435,8 +459,8 @@ def write_whitened_docs(page=DOCS_PAGE) -> str:
     text = page.read_text()
     head, rest = text.split(MARKERS[0])
     _, tail = rest.split(MARKERS[1])
-    body = "\n\n".join([render_whitened(), render_handover(), render_keep_learning(),
-                        render_chain_method()])
+    body = "\n\n".join([render_whitened(), render_mnist(), render_handover(),
+                        render_keep_learning(), render_chain_method()])
     new = f"{head}{MARKERS[0]}\n{body}\n{MARKERS[1]}{tail}"
     page.write_text(new)
     return new
