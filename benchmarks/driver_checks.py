@@ -50,7 +50,7 @@ def initial_guess():
             r = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
                           num_warmup=20_000, num_samples=20_000, initial_step_size=guess,
                           find_step_size=search)
-            ess = fm.ess(r).min(axis=1)
+            ess = fm.ess(r, method="paper", per_chain=True).min(axis=1)
             rows.append({"search": search, "initial_step_size": guess,
                          "min_ess_mean": float(ess.mean()), "min_ess_sd": float(ess.std()),
                          "final_step_size": float(np.mean(r.parameters.step_size))})

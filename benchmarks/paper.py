@@ -129,7 +129,7 @@ def run_cell(
         **options,
     )
     total = time.perf_counter() - start
-    ess = fm.ess(result, method="paper")  # (repeats, d)
+    ess = fm.ess(result, method="paper", per_chain=True)  # (repeats, d)
     env = _environment(dtype)
     out = _cell_dir(target_name, config, root)
     out.mkdir(parents=True, exist_ok=True)

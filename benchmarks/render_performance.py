@@ -589,7 +589,8 @@ def _gpu_race_findings(race: Path) -> str:
     first process (its offset at the first phase mark minus the total it printed).
     """
     log = RESULTS / "gpu_logs" / "session_call1_stdout.log"
-    cells = [json.loads(p.read_text()) for p in sorted((race / "mnist56").glob("fisher_mala*.json"))]
+    paths = sorted((race / "mnist56").glob("fisher_mala*.json"))
+    cells = [json.loads(p.read_text()) for p in paths]
     if not log.exists() or not cells:
         return ""
     text = log.read_text()

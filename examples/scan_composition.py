@@ -56,7 +56,7 @@ def main(argv=None):
     keys = jax.random.split(jax.random.key(0), 4)
     x0 = target.initial_positions(jax.random.key(1), 4)
     draws, rates, sigma2 = jax.jit(jax.vmap(run_chain))(keys, x0)
-    ess = fm.ess(draws)  # (chains, d), the paper's estimator
+    ess = fm.ess(draws, method="paper", per_chain=True)  # (chains, d), the paper's estimator
     print(f"draws {draws.shape}, acceptance {float(jnp.mean(rates)):.3f}, sigma^2 {sigma2}")
     print(f"min / median ESS per chain: {np.round(ess.min(1))} / {np.round(np.median(ess, 1))}")
     return draws

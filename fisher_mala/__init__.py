@@ -7,6 +7,7 @@ from fisher_mala import (
     adamala,
     adaptation,
     baseline_warmups,
+    checks,
     diagnostics,
     hmc,
     mmala,
@@ -27,7 +28,8 @@ from fisher_mala.adaptation import (
 )
 from fisher_mala.base import AdaptationAlgorithm, SamplingAlgorithm
 from fisher_mala.checkpoint import load_state, save_state
-from fisher_mala.diagnostics import ess, summary, to_arviz
+from fisher_mala.checks import SamplingWarning
+from fisher_mala.diagnostics import diagnose, ess, paper_summary, summary, to_arviz
 from fisher_mala.fisher import FisherMALAInfo, FisherMALAState, fisher_mala
 from fisher_mala.mala import MALAInfo, MALAState, mala
 from fisher_mala.preconditioner import FisherPreconditionerState, fisher_preconditioner
@@ -70,6 +72,10 @@ __all__ = [
     "sample",
     "samplers",
     "summary",
+    "paper_summary",
+    "diagnose",
+    "SamplingWarning",
+    "checks",
     "to_arviz",
     "targets",
     "FisherMALAInfo",

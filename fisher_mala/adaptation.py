@@ -25,16 +25,19 @@ crosses the target, and returns the last step on the accepting side. It costs
 ``fm.sample`` counts in ``num_grad_evals``.
 """
 
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from fisher_mala import fisher, mala, validation
 from fisher_mala.base import AdaptationAlgorithm, ArrayTree
+from fisher_mala.preconditioner import capped_share
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.proposals import langevin_transition
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
@@ -269,6 +272,7 @@ class MALAWarmup:
         self.initial_step_size = initial_step_size
         self.find_step_size = find_step_size
         self.target = target_acceptance_rate
+        self.target_acceptance = float(target_acceptance_rate)
         self.rho = step_size_learning_rate
 
     def mala_phase(self, rng_key, position, num_steps: int, progress=None):
@@ -369,7 +373,8 @@ class FisherMALAWarmup(MALAWarmup):
             raise ValueError(f"`trace_every` must be a positive integer, got {trace_every}.")
         self.num_mala_steps = int(num_mala_steps)
         self.damping = damping
-        self.kernel = fisher.build_kernel(signal, learning_rate, adapt=True)
+        self.learning_rate = learning_rate
+        self.kernel = fisher.build_kernel(signal, learning_rate, adapt=True, damping=damping)
         self.trace_every = trace_every
         self.record_precond = record_precond
 
@@ -389,6 +394,7 @@ class FisherMALAWarmup(MALAWarmup):
         """
         key_mala, key_fisher = jax.random.split(rng_key)
         num_mala = min(self.num_mala_steps, num_steps)
+        _warn_if_window_below_dim(self.learning_rate, position, num_steps - num_mala)
         (state, step), mala_info, found = self.mala_phase(key_mala, position, num_mala, progress)
         fstate = fisher.state_from(
             state.position, state.logdensity, state.logdensity_grad, step, self.damping
@@ -422,6 +428,23 @@ class FisherMALAWarmup(MALAWarmup):
         )
         params = WarmupParameters(fstate.step_size, fstate.sqrt_precond)
         return (fstate, params), info
+
+
+def _warn_if_window_below_dim(learning_rate, position, num_updates: int) -> None:
+    """Warn when an Appendix B schedule is capped for most of the adaptive phase."""
+    if learning_rate is None:
+        return
+    dim = sum(int(np.prod(jnp.shape(leaf))) for leaf in jax.tree.leaves(position))
+    share = capped_share(learning_rate, dim, num_updates)
+    if share > 0.5:
+        warnings.warn(
+            f"The learning-rate schedule forgets faster than d = {dim} signals "
+            f"(gamma_n > max(1/n, 1/d)) in {share:.0%} of the {num_updates} adaptive "
+            "updates: its estimate would be rank-deficient there, so gamma_n is capped at "
+            "max(1/n, 1/d). Use a schedule with gamma_n <= 1/d for most of the warm-up.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def snapshot(sqrt_precond, trace, step_size, iteration, record_precond: bool) -> WarmupTrace:

@@ -5,7 +5,9 @@ final parameters are frozen for the sampling phase; the same initial step-size s
 (:func:`fisher_mala.adaptation.bracket_step_size`) and the same multiplicative rule.
 
 * AdaMALA (Appendix D): ``n0 = 500`` MALA iterations adapting ``sigma^2``; ``n0`` more
-  MALA iterations that also feed their states to the Haario recursion Eq. (17); then
+  MALA iterations that also feed their states to the Haario recursion Eq. (17) and keep
+  adapting ``sigma^2`` (Appendix D says that MALA "still runs" in this phase without
+  saying whether ``sigma^2`` is frozen; we keep adapting it, as in the first phase); then
   AdaMALA with ``A = Sigma_n`` adapted every iteration to the end of the burn-in. Its
   sampling phase is preconditioned MALA with the final ``R = chol(Sigma)`` frozen (the
   frozen FisherMALA kernel, which is exactly that).
@@ -62,7 +64,8 @@ class AdaMALAWarmup(MALAWarmup):
     Parameters
     ----------
     num_mala_steps, num_collect_steps
-        The two MALA phases (500 each in the paper).
+        The two MALA phases (500 each in the paper). ``sigma^2`` is adapted in both:
+        Appendix D leaves open whether the collecting phase freezes it.
     damping
         ``lambda`` of ``Sigma_2`` (10).
     trace_every, record_precond

@@ -1,4 +1,4 @@
-"""ESS, summaries and ArviZ export (layer 6).
+"""ESS, summaries, run checks and ArviZ export (layer 6).
 
 Two ESS estimators:
 
@@ -22,7 +22,22 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["autocorrelation", "paper_ess", "ess", "Summary", "summary", "to_arviz", "faults"]
+from fisher_mala.checks import Diagnosis, SamplingWarning, diagnose
+
+__all__ = [
+    "autocorrelation",
+    "paper_ess",
+    "ess",
+    "Summary",
+    "summary",
+    "PaperSummary",
+    "paper_summary",
+    "diagnose",
+    "Diagnosis",
+    "SamplingWarning",
+    "to_arviz",
+    "faults",
+]
 
 
 def autocorrelation(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -59,7 +74,7 @@ def _as_chain_draw_dim(samples) -> np.ndarray:
     return np.concatenate([leaf.reshape(*leaf.shape[:2], -1) for leaf in leaves], axis=-1)
 
 
-def ess(samples, method: str = "paper", per_chain: bool = True) -> np.ndarray:
+def ess(samples, method: str = "bulk", per_chain: bool = False) -> np.ndarray:
     """Per-dimension effective sample size.
 
     Parameters
@@ -68,13 +83,13 @@ def ess(samples, method: str = "paper", per_chain: bool = True) -> np.ndarray:
         A :class:`~fisher_mala.sampling.SamplingResult` or a pytree of
         ``(chains, draws, ...)`` arrays (flattened into ``D`` dimensions).
     method
-        ``"paper"`` (TFP's estimator) or an ``az.ess`` method (``"bulk"``, ``"tail"``,
-        ...).
+        An ``az.ess`` method (``"bulk"``, the default, ``"tail"``, ``"mean"``, ...), or
+        ``"paper"``: TFP's per-chain estimator, as the paper's tables.
     per_chain
-        ``True``: one ESS per chain, shape ``(chains, D)`` (the paper's tables use
-        chain-wise values). ``False``: one value per dimension, shape ``(D,)``: the sum
-        of the chain-wise values for ``"paper"`` (independent chains), ArviZ's
-        multi-chain estimator otherwise.
+        ``False`` (default): one value per dimension, shape ``(D,)``: ArviZ's
+        multi-chain estimator, which chains that disagree pull down; for ``"paper"``, the
+        sum of the chain-wise values (it cannot see chains that disagree). ``True``: one
+        ESS per chain, shape ``(chains, D)`` (the paper's tables use chain-wise values).
     """
     x = _as_chain_draw_dim(samples)
     if method == "paper":
@@ -89,7 +104,67 @@ def ess(samples, method: str = "paper", per_chain: bool = True) -> np.ndarray:
 
 @dataclass
 class Summary:
-    """Paper-style summary of a run (see :func:`summary`)."""
+    """Headline summary of a run: multi-chain diagnostics (see :func:`summary`)."""
+
+    sampler: str
+    num_chains: int
+    ess_bulk_min: float
+    ess_bulk_median: float
+    ess_bulk_max: float
+    ess_tail_min: float
+    max_rhat: float
+    min_ess_per_second: float
+    min_ess_per_grad_eval: float
+    acceptance_rate: float
+    acceptance_range: tuple[float, float]
+    worst: str
+
+    def __str__(self) -> str:
+        low, high = self.acceptance_range
+        return (
+            f"{self.sampler:<12} bulk ESS min {self.ess_bulk_min:9.1f} ({self.worst}) | "
+            f"median {self.ess_bulk_median:9.1f} | max {self.ess_bulk_max:9.1f} | "
+            f"tail ESS min {self.ess_tail_min:9.1f} | max R-hat {self.max_rhat:.3f} | "
+            f"min ESS/s {self.min_ess_per_second:9.1f} | min ESS/grad "
+            f"{self.min_ess_per_grad_eval:.2e} | acc {self.acceptance_rate:.3f} "
+            f"({low:.2f}-{high:.2f} over {self.num_chains} chains)"
+        )
+
+
+def summary(result) -> Summary:
+    """Headline diagnostics of a run, all multi-chain (ArviZ, Vehtari et al. 2021).
+
+    Min / median / max over coordinates of the rank-normalized bulk ESS of all chains
+    together, the min tail ESS and the max rank-normalized R-hat: chains that disagree
+    lower the ESS and raise R-hat, where adding up per-chain ESS would hide them. ESS per
+    second counts warm-up and sampling time (not compilation); ESS per gradient evaluation
+    counts every evaluation of the run, all chains. For the paper's per-chain table use
+    :func:`paper_summary`; for the checks behind ``fm.sample``'s warnings, :func:`diagnose`.
+    """
+    d = diagnose(result)
+    seconds = result.warmup_seconds + result.sampling_seconds
+    worst = int(np.argmin(d.ess_bulk))
+    low = float(d.ess_bulk[worst])
+    rates = d.chain_acceptance
+    return Summary(
+        sampler=result.sampler,
+        num_chains=len(rates),
+        ess_bulk_min=low,
+        ess_bulk_median=float(np.median(d.ess_bulk)),
+        ess_bulk_max=float(np.max(d.ess_bulk)),
+        ess_tail_min=float(np.min(d.ess_tail)),
+        max_rhat=float(np.max(d.rhat)) if len(rates) > 1 else float("nan"),
+        min_ess_per_second=low / seconds if seconds > 0 else float("nan"),
+        min_ess_per_grad_eval=low / float(np.sum(result.num_grad_evals)),
+        acceptance_rate=float(np.mean(rates)),
+        acceptance_range=(float(np.min(rates)), float(np.max(rates))),
+        worst=d.names[worst],
+    )
+
+
+@dataclass
+class PaperSummary:
+    """The paper's Table 1 summary of a run, per chain (see :func:`paper_summary`)."""
 
     sampler: str
     ess_min: tuple[float, float]
@@ -113,12 +188,14 @@ class Summary:
         )
 
 
-def summary(result, method: str = "paper") -> Summary:
-    """Min / median / max ESS over dimensions (mean +- sd over chains, as in Table 1).
+def paper_summary(result, method: str = "paper") -> PaperSummary:
+    """The paper's Table 1 summary: min / median / max ESS, mean +- sd over chains.
 
-    ESS per second counts warm-up and sampling time (not compilation); ESS per gradient
-    evaluation counts all evaluations of the run, per chain. R-hat is ArviZ's
-    rank-normalized split R-hat.
+    Each chain's ESS is computed alone (``method="paper"``: TFP's estimator, as the
+    paper), so the table cannot see chains that disagree: it is for comparison with the
+    paper, not for judging a run (:func:`summary` and :func:`diagnose` do that). ESS per
+    second and per gradient add up the chains' min ESS. R-hat is ArviZ's rank-normalized
+    split R-hat.
     """
     import arviz as az
 
@@ -135,7 +212,7 @@ def summary(result, method: str = "paper") -> Summary:
     rhat = float(np.max(np.asarray(az.rhat(x)))) if x.shape[0] > 1 else float("nan")
     seconds = result.warmup_seconds + result.sampling_seconds
     total_min = float(stats["min"].sum())
-    return Summary(
+    return PaperSummary(
         sampler=result.sampler,
         ess_min=ms(stats["min"]),
         ess_median=ms(stats["median"]),

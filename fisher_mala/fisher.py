@@ -25,7 +25,7 @@ Passes over the ``d x d`` matrix per step:
   :mod:`fisher_mala.sqrt_precond`).
 
 No ``O(d^3)`` operation, and no inverse, is ever formed. The initial square root is
-``R_0 = I / sqrt(lambda)`` (``A_0^{-1} = lambda I``, the damping of Eq. (11)): the first
+``R_0 = I / sqrt(lambda)`` (``A_0^{-1} = lambda I``, the damping of Eq. (8)): the first
 update then is exactly Eq. (12), and the proposal equals Algorithm 1's ``R = I`` one
 because Eq. (7) is invariant to the scale of ``A``.
 """
@@ -84,7 +84,7 @@ class FisherMALAState(NamedTuple):
         ``sigma^2``, un-normalized as in Algorithm 1; the proposal uses
         ``sigma^2 / (tr(A) / d)``.
     trace_precond
-        ``tr(R R^T)``, carried in O(d).
+        ``tr(R R^T)``, summed from ``R`` at each update.
     whitened_grad
         ``R^T grad`` at the position (flat), carried so that no extra pass is needed.
     whitened_mean_score
@@ -143,7 +143,7 @@ def init(
     step_size
         Initial ``sigma^2`` (e.g. from a MALA warm-up, as in Algorithm 1).
     damping
-        ``lambda > 0`` of Eq. (11); sets ``R_0 = I / sqrt(lambda)``.
+        ``lambda > 0`` of Eq. (8) (the damping); sets ``R_0 = I / sqrt(lambda)``.
     sqrt_precond
         Optional initial ``R_0`` (e.g. a frozen preconditioner from an earlier run);
         the recursion then treats ``(R_0 R_0^T)^{-1}`` as its prior precision.
@@ -189,6 +189,7 @@ def build_kernel(
     signal: str = "rao_blackwell",
     learning_rate: Callable | float | None = None,
     adapt: bool = True,
+    damping=DAMPING,
 ) -> Callable:
     """Build the FisherMALA kernel.
 
@@ -202,6 +203,11 @@ def build_kernel(
         index of the update; the first update is always Eq. (12).
     adapt
         ``False`` freezes ``R`` and ``sigma^2`` (the sampling phase).
+    damping
+        ``lambda`` of Eq. (8), the same as the state's (:func:`init`): with an Appendix B
+        ``learning_rate`` the kernel keeps the damping at ``lambda / n``
+        (:func:`fisher_mala.preconditioner.fisher_preconditioner`); otherwise it enters
+        only through the initial ``R_0 = I / sqrt(lambda)``.
 
     Returns
     -------
@@ -210,9 +216,7 @@ def build_kernel(
         step_size_learning_rate=0.015) -> (state, info)``.
     """
     validation.check_choice("signal", signal, SIGNALS)
-    adaptation = fisher_preconditioner(
-        learning_rate=learning_rate, centered=signal == "centered"
-    )  # the damping only enters through the initial state
+    adaptation = fisher_preconditioner(damping, learning_rate, centered=signal == "centered")
 
     def kernel(
         rng_key,
@@ -325,7 +329,7 @@ def as_top_level_api(
     step_size
         Initial ``sigma^2`` (un-normalized; Algorithm 1 takes it from a MALA warm-up).
     damping
-        ``lambda`` of Eq. (11), default 10.
+        ``lambda`` of Eq. (8) (the damping), default 10.
     target_acceptance_rate
         ``alpha*``, default 0.574.
     step_size_learning_rate
@@ -365,7 +369,7 @@ def as_top_level_api(
     _check_learning_rate(learning_rate)
     if not callable(logdensity_fn):
         raise TypeError(f"`logdensity_fn` must be callable, got {logdensity_fn!r}.")
-    kernel = build_kernel(signal, learning_rate, adapt)
+    kernel = build_kernel(signal, learning_rate, adapt, damping)
 
     def init_fn(position, rng_key=None, sqrt_precond=None):
         del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm

@@ -21,7 +21,9 @@ new ``R`` in O(d) (:func:`carry_whitened`).
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from fisher_mala import validation
@@ -30,11 +32,12 @@ from fisher_mala.sqrt_precond import (
     SqrtUpdate,
     block_whitened_product,
     centered_coefficients,
+    damping_floor,
     fisher_coefficients,
+    guarded_learning_rate,
     initial_sqrt_precond,
     rank_block_update,
     rank_one_update,
-    schedule_coefficients,
     whitened_product,
 )
 
@@ -48,6 +51,7 @@ __all__ = [
     "whiten_signal",
     "carry_whitened",
     "refresh_trace",
+    "capped_share",
 ]
 
 #: The adaptation signals of the paper (see :func:`whitened_signal`).
@@ -64,7 +68,7 @@ class FisherPreconditionerState(NamedTuple):
     sqrt_precond
         ``R``, ``(d, d)``, with ``A = R R^T`` the (un-normalized) inverse Fisher estimate.
     trace_precond
-        ``tr(R R^T)``, carried in O(d).
+        ``tr(R R^T)``, summed from ``R`` at each update.
     whitened_mean_score
         ``R^T sbar`` for Appendix C's centred signal (zeros otherwise).
     count
@@ -141,11 +145,29 @@ def carry_whitened(update: SqrtUpdate | BlockUpdate, whitened: Array) -> Array:
 def refresh_trace(state):
     """Recompute ``tr(R R^T)`` exactly (one read of ``R``); any state with the two fields.
 
-    The warm-ups call it every 1000 adaptive steps; see *Trace bookkeeping* in
-    :mod:`fisher_mala.sqrt_precond` for the drift it removes.
+    The updates return the exact trace already; this is for a state whose ``R`` was set
+    by other means (see *Trace bookkeeping* in :mod:`fisher_mala.sqrt_precond`).
     """
     r = state.sqrt_precond
     return state._replace(trace_precond=jnp.einsum("ij,ij->", r, r))
+
+
+def capped_share(learning_rate, dim: int, num_updates: int, num_probes: int = 2000) -> float:
+    """Share of updates ``2..num_updates`` where ``gamma_n > max(1/n, 1/d)`` (capped).
+
+    There the schedule would average fewer than ``d`` signals (a rank-deficient estimate)
+    and :func:`~fisher_mala.sqrt_precond.guarded_learning_rate` caps it. Evaluated on up
+    to ``num_probes`` evenly spaced ``n``.
+    """
+    if learning_rate is None or num_updates < 2:
+        return 0.0
+    probes = np.unique(np.linspace(2, num_updates, num_probes).astype(int))
+    if callable(learning_rate):
+        with jax.ensure_compile_time_eval():  # may be called while tracing the warm-up
+            gammas = np.array([float(learning_rate(int(n))) for n in probes])
+    else:
+        gammas = np.full(probes.shape, float(learning_rate))
+    return float(np.mean(gammas > np.maximum(1.0 / probes, 1.0 / dim) * (1 + 1e-6)))
 
 
 def fisher_preconditioner(
@@ -158,12 +180,20 @@ def fisher_preconditioner(
     Parameters
     ----------
     damping
-        ``lambda > 0`` of Eq. (11): ``R_0 = I / sqrt(lambda)``, so that the first update
-        is exactly Eq. (12).
+        ``lambda > 0`` of Eq. (8) (the damping): ``R_0 = I / sqrt(lambda)``, so that the
+        first update is exactly Eq. (12).
     learning_rate
         ``None`` for Proposition 4 (``gamma_n = 1/n``); a float in (0, 1) or a schedule
         ``n -> gamma_n`` (an optax schedule works) for Appendix B. ``n`` is the 1-based
-        index of the update.
+        index of the update. Two guards keep ``R`` finite and well conditioned under
+        every schedule, and leave ``gamma_n = 1/n`` exactly Proposition 4: ``gamma_n`` is
+        capped at ``max(1/n, 1/d)`` (the estimate averages about ``1/gamma_n`` signals,
+        and fewer than ``d`` leave it rank-deficient:
+        :func:`~fisher_mala.sqrt_precond.guarded_learning_rate`), and the damping is kept
+        at Eq. (8)'s ``lambda / n`` instead of decaying with the forgetting
+        (:func:`~fisher_mala.sqrt_precond.damping_floor`), added along one coordinate
+        axis per update in turn (``rho_n d e_k e_k^T``, ``k = (n - 2) mod d``) so that each
+        update stays one square-root update of rank 2.
     centered
         Appendix C: centre the signals by their running mean (pass the raw score
         ``R^T g_x`` as ``phi``); the first signal only initializes the mean.
@@ -178,16 +208,34 @@ def fisher_preconditioner(
             "`learning_rate` cannot be combined with the centred signal: Appendix C fixes "
             "its own rates. Use learning_rate=None, or another signal."
         )
-    # Appendix B's scale a > 1 makes the O(d) trace update unstable: recompute it.
-    exact_trace = learning_rate is not None
 
     def coefficients(n, dtype):
         if centered:
             return centered_coefficients(n, dtype)
-        if learning_rate is None:
-            return fisher_coefficients(n, dtype)
-        gamma = learning_rate(n) if callable(learning_rate) else learning_rate
-        return schedule_coefficients(n, gamma, dtype)
+        return fisher_coefficients(n, dtype)
+
+    def schedule_update(state, phi, count):
+        """Appendix B with the two guards of :func:`fisher_preconditioner` (rank 2)."""
+        r = state.sqrt_precond
+        dim, dtype = r.shape[0], r.dtype
+        raw = learning_rate(count) if callable(learning_rate) else learning_rate
+        gamma = guarded_learning_rate(count, raw, dim, dtype)
+        rho = damping_floor(count, gamma, damping, dtype)
+        first = count <= 1  # Eq. (12): I_1 = s_1 s_1^T + lambda I
+        keep = 1.0 - gamma
+        # I_n = (1 - gamma) [I_{n-1} + gamma / (1 - gamma) s s^T + rho d / (1 - gamma) e e^T]
+        signal_weight = jnp.where(first, 1.0, gamma / keep)
+        floor_weight = jnp.where(first, 0.0, rho * dim / keep)
+        axis = jnp.mod(count - 2, dim)  # the floor visits the coordinate axes in turn
+        rows = jnp.stack(
+            [jnp.sqrt(signal_weight) * phi, jnp.sqrt(floor_weight) * r[axis]]  # R^T e = r[k]
+        ).astype(dtype)
+        scale = jnp.where(first, 1.0, 1.0 / jnp.sqrt(keep))
+        block = rank_block_update(r, state.trace_precond, rows, scale=scale)
+        new = state._replace(
+            sqrt_precond=block.sqrt_precond, trace_precond=block.trace_precond, count=count
+        )
+        return new, block
 
     def init(dim: int, dtype, sqrt_precond: Array | None = None) -> FisherPreconditionerState:
         if sqrt_precond is None:
@@ -217,8 +265,10 @@ def fisher_preconditioner(
             delta = phi - mean_score
             phi = jnp.where(count >= 2, delta, 0.0)
             mean_score = mean_score + delta / count.astype(dtype)  # R^T sbar_n, old R
+        if learning_rate is not None:
+            return schedule_update(state, phi, count)
         scale, weight = coefficients(count, dtype)
-        made = rank_one_update(r, state.trace_precond, phi, scale, weight, exact_trace)
+        made = rank_one_update(r, state.trace_precond, phi, scale, weight)
         if centered:
             mean_score = whitened_product(made, mean_score)
         new = FisherPreconditionerState(made.sqrt_precond, made.trace_precond, mean_score, count)

@@ -12,7 +12,6 @@ plain burn-in of ``num_warmup`` steps without adaptation.
 
 import inspect
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import fisher, hmc, mala, mmala, pooled, validation, whitened_hmc
+from fisher_mala import checks, fisher, hmc, mala, mmala, pooled, validation, whitened_hmc
 from fisher_mala.adaptation import (
     FisherMALAWarmup,
     MALAWarmup,
@@ -57,11 +56,16 @@ class Sampler(NamedTuple):
         Gradient evaluations of one sampling step (for ``num_grad_evals``), a
         function of the dimension ``d``, or ``None`` to count the
         ``num_integration_steps`` that each step's info reports (NUTS).
+    metropolis
+        Each step accepts or rejects one whole proposal (MALA, HMC), so a run of
+        rejections leaves the chain at one point (the ``rejection_streak`` check of
+        :func:`fm.diagnose`); ``False`` for NUTS.
     """
 
     warmup: Callable
     sampling_kernel: Callable
     grad_evals_per_step: int | Callable[[int], int] | None = 1
+    metropolis: bool = True
 
 
 _SAMPLERS: dict[str, Sampler] = {}
@@ -191,7 +195,7 @@ register_sampler(
 for _name in whitened_hmc.ALGORITHMS:
     register_sampler(
         f"fisher_{_name}",
-        Sampler(_whitened_warmup(_name), _whitened_sampling_kernel(_name), None),
+        Sampler(_whitened_warmup(_name), _whitened_sampling_kernel(_name), None, _name == "hmc"),
     )
 
 
@@ -263,6 +267,14 @@ class SamplingResult:
         Wall-clock times; the run times exclude compilation.
     num_warmup, num_samples, thinning
         The protocol.
+    devices
+        The devices the chains ran on.
+    target_acceptance
+        The acceptance rate the warm-up tuned the step size towards (``None`` for a
+        custom algorithm).
+    rejects_whole_proposals
+        Whether a rejection leaves a chain in place (Metropolis-Hastings kernels; not
+        NUTS), for the ``rejection_streak`` check.
     """
 
     sampler: str
@@ -279,6 +291,8 @@ class SamplingResult:
     num_samples: int
     thinning: int
     devices: list[str] = field(default_factory=list)
+    target_acceptance: float | None = None
+    rejects_whole_proposals: bool = False
 
     @property
     def num_chains(self) -> int:
@@ -347,6 +361,7 @@ def sample(
     thinning: int = 1,
     progress_bar: bool = False,
     chain_method: str = "vectorized",
+    diagnose: bool = True,
     **options,
 ) -> SamplingResult:
     """Warm up and sample several chains with the paper's protocol.
@@ -375,6 +390,10 @@ def sample(
         local devices. ``"sequential"``: one after the other in one compiled loop
         (``jax.lax.map``); faster for NUTS on a CPU, where a batch of trees waits for its
         longest one (as NumPyro's ``chain_method``). Pooled samplers are always batched.
+    diagnose
+        Run :func:`fm.diagnose` on the result and issue one
+        :class:`~fisher_mala.checks.SamplingWarning` naming every failed check (R-hat,
+        ESS, chains that disagree, acceptance, rejection streaks, stuck chains).
     **options
         Passed to the sampler's warm-up (e.g. ``damping``, ``signal``,
         ``initial_step_size``, ``num_mala_steps``, ``trace_every``).
@@ -398,6 +417,7 @@ def sample(
                 f"got {sampler!r}."
             )
         name, warmup = "custom", _BurnIn(sampler)
+        target_acceptance, metropolis = None, False
         grad_evals_per_step = None  # from info.num_integration_steps when reported, else 1
         user_step = sampler.step
 
@@ -425,6 +445,7 @@ def sample(
         except TypeError as err:
             raise TypeError(f"Invalid option for sampler {sampler!r}: {err}") from err
         sampling_step = spec.sampling_kernel(logdensity_fn, **options)
+        target_acceptance, metropolis = float(warmup.target_acceptance), spec.metropolis
     validation.check_choice("chain_method", chain_method, ("vectorized", "sequential"))
     num_chains = _check_initial_positions(logdensity_fn, initial_positions)
 
@@ -527,31 +548,9 @@ def sample(
         num_samples=num_samples,
         thinning=thinning,
         devices=devices,
+        target_acceptance=target_acceptance,
+        rejects_whole_proposals=metropolis,
     )
-    _warn_about_faults(result)
+    if diagnose:
+        checks.warn(checks.diagnose(result))
     return result
-
-
-def _warn_about_faults(result: SamplingResult) -> None:
-    from fisher_mala.diagnostics import faults
-
-    if result.sampler == "custom":
-        return
-    report = faults(result)
-    stuck = np.flatnonzero(report["accepted_sampling"] == 0)
-    bound = np.flatnonzero(report["step_size_at_bound"])
-    if stuck.size:
-        warnings.warn(
-            f"Chains {stuck.tolist()} accepted no proposal in the sampling phase: their "
-            "draws are a single point. Check the log density (NaN/inf regions: "
-            "fm.diagnostics.faults) or lengthen the warm-up.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    if bound.size:
-        warnings.warn(
-            f"The adapted step size of chains {bound.tolist()} reached the clipping bound "
-            "of its dtype: the target may be improper or flat in some direction.",
-            RuntimeWarning,
-            stacklevel=3,
-        )

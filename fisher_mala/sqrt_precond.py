@@ -34,22 +34,24 @@ coefficients change. The proposal of Eq. (7) is invariant to the scale of ``A``,
 starting from ``I / sqrt(lambda)`` rather than Algorithm 1's ``R = I`` changes nothing
 in the chain.
 
-Cost of one update: one matrix-vector product ``t = R phi`` (one read of ``R``) and one
-fused read-modify-write of ``R``: two passes over the ``d x d`` matrix. The trace
-``tr(A')`` and products ``R'^T v`` for vectors whose ``R^T v`` is known are carried in
-O(d) by :func:`whitened_product` and :attr:`SqrtUpdate.trace_precond`.
+Cost of one update: one matrix-vector product ``t = R phi`` (one read of ``R``), one
+fused read-modify-write of ``R``, and the trace ``tr(A') = ||R'||_F^2`` summed from the
+new ``R'`` (on XLA:CPU a separate read of ``R'``; ``benchmarks/step_cost.py`` measures
+it). Products ``R'^T v`` for vectors whose ``R^T v`` is known are carried in O(d) by
+:func:`whitened_product`.
 
-Trace bookkeeping. ``tr(A') = a^2 (tr(A) - ||R phi||^2 / (c + phi^T phi))`` is a
-subtraction, so the relative error of a tracked trace is multiplied by
-``tr(A) / (tr(A) - ...)`` at every step. With ``a = 1`` (Prop. 4, the default) this
-gives a drift of about ``eps * n * log(n)`` after ``n`` updates since the last exact
-value: below 1e-9 in float64 for any practical run, about 1e-2 in float32 after
-2 x 10^4 updates. Refreshing it every 1000 updates (``fisher_mala.fisher.refresh_trace``,
-which the warm-up driver does) bounds it by about ``2000 eps``. With ``a > 1``
-(Appendix B) the error is also multiplied by ``a^2`` per step, which grows
-exponentially; the kernel then recomputes the trace exactly (``exact_trace=True``, one
-extra read of ``R``). An error in the trace never affects the correctness of the chain:
-it only rescales ``sigma^2``, which the step-size rule re-adapts.
+Trace bookkeeping. The trace also follows in O(d) from the previous one,
+``tr(A') = a^2 (tr(A) - ||R phi||^2 / (c + phi^T phi))``, but that is a subtraction: each
+step multiplies the relative error of the tracked trace by ``tr(A) / tr(A')``, so the
+error after ``n`` updates is about ``eps`` times the factor by which the trace fell since
+its last exact value. That factor is the ratio of ``1 / lambda`` to the target's
+variance times ``n``: with a target of standard deviation 1e-3 in float32 (variance
+1e-6) it reaches ``1e9`` within a thousand updates, and the tracked trace came out
+wrong by 61%, by a factor 257 at 1e-4, or negative (every proposal then rejected; issue
+"float32 trace drift"). The sum of squares of ``R'`` has a relative error of a few
+``eps`` whatever the scale, so it is what the updates return (``exact_trace=True``, the
+default); the O(d) form remains available (``exact_trace=False``) for callers that
+refresh the trace themselves.
 
 For robustness to huge and tiny signals (issue: reliability) the update is computed
 from the unit vector ``phi / ||phi||`` and ``kappa = c / ||phi||^2``; the norm itself is
@@ -70,6 +72,8 @@ __all__ = [
     "whitened_product",
     "fisher_coefficients",
     "schedule_coefficients",
+    "guarded_learning_rate",
+    "damping_floor",
     "centered_coefficients",
     "cholesky_rank_one_update",
     "BlockUpdate",
@@ -108,7 +112,7 @@ class SqrtUpdate(NamedTuple):
 def initial_sqrt_precond(dim: int, damping, dtype) -> tuple[Array, Array]:
     """Return ``R_0 = I / sqrt(lambda)`` and its trace ``tr(A_0) = d / lambda``.
 
-    ``A_0 = (lambda I)^{-1}`` is the damping term of Eq. (11) seen as a prior precision,
+    ``A_0 = (lambda I)^{-1}`` is the damping term of Eq. (8) seen as a prior precision,
     so that the first Prop. 4 update gives Eq. (12).
     """
     damping = jnp.asarray(damping, dtype)
@@ -134,7 +138,7 @@ def rank_one_update(
     phi: Array,
     scale=1.0,
     weight=1.0,
-    exact_trace: bool = False,
+    exact_trace: bool = True,
 ) -> SqrtUpdate:
     """Generalized rank-one square-root update (Prop. 4, Appendices B and C).
 
@@ -152,8 +156,8 @@ def rank_one_update(
     weight
         ``c`` in the module docstring; must be positive.
     exact_trace
-        Recompute ``tr(R' R'^T)`` with one extra read of ``R'`` instead of the O(d)
-        update (see *Trace bookkeeping* in the module docstring).
+        ``tr(R' R'^T)`` summed from ``R'`` (default), or the O(d) update from
+        ``trace_precond``, which drifts (see *Trace bookkeeping* in the module docstring).
 
     Returns
     -------
@@ -206,6 +210,35 @@ def fisher_coefficients(n, dtype):
     del n
     one = jnp.ones((), dtype)
     return one, one
+
+
+def guarded_learning_rate(n, gamma_n, dim, dtype):
+    """``gamma_n`` capped at ``max(1/n, 1/d)``: at least ``min(n, d)`` signals in the window.
+
+    Appendix B's estimate ``I_n = (1 - gamma_n) I_{n-1} + gamma_n s_n s_n^T`` averages
+    about ``1 / gamma_n`` recent signals. Below ``d`` of them it is rank-deficient: the
+    directions no recent signal touched keep only the decaying damping, their variance in
+    ``A`` grows by ``(1 - gamma_n)^{-1}`` per step and ``R`` overflows (float32 within a
+    few hundred steps at ``gamma_n = 0.1``, ``d = 100``). Proposition 4's ``1/n`` is
+    never capped.
+    """
+    n = jnp.asarray(n, dtype)
+    limit = jnp.maximum(1.0 / n, 1.0 / jnp.asarray(dim, dtype))
+    return jnp.minimum(jnp.asarray(gamma_n, dtype), limit)
+
+
+def damping_floor(n, gamma_n, damping, dtype):
+    """Information ``rho_n`` added per step so that the damping stays Eq. (8)'s ``lambda/n``.
+
+    Under ``I_n = (1 - gamma_n) I_{n-1} + ...`` the damping ``lambda I`` of ``I_1`` decays
+    as ``prod (1 - gamma_k)``: like ``lambda / n`` (Eq. (8)) for ``gamma_k = 1/k``, much
+    faster for larger rates. Adding ``rho_n I`` with ``rho_n = lambda / n - (1 - gamma_n)
+    lambda / (n - 1) = lambda (n gamma_n - 1) / (n (n - 1))`` keeps it at ``lambda / n``:
+    zero for ``gamma_n = 1/n`` (Proposition 4 is unchanged), positive for faster rates.
+    """
+    n = jnp.asarray(n, dtype)
+    rho = damping * (n * gamma_n - 1.0) / (n * jnp.maximum(n - 1.0, 1.0))
+    return jnp.where(n >= 2, jnp.maximum(rho, 0.0), 0.0).astype(dtype)
 
 
 def schedule_coefficients(n, gamma_n, dtype):
@@ -292,15 +325,22 @@ def _cholesky_rank_one_update_vmap(axis_size, in_batched, chol_upper, vector):
 
 
 class BlockUpdate(NamedTuple):
-    """Result of :func:`rank_block_update` (see there)."""
+    """Result of :func:`rank_block_update` (see there); ``R' = scale R B``."""
 
     sqrt_precond: Array
     trace_precond: Array
     signals: Array
     gain: Array
+    scale: Array | float = 1.0
 
 
-def rank_block_update(sqrt_precond: Array, trace_precond: Array, phis: Array) -> BlockUpdate:
+def rank_block_update(
+    sqrt_precond: Array,
+    trace_precond: Array,
+    phis: Array,
+    exact_trace: bool = True,
+    scale=1.0,
+) -> BlockUpdate:
     """Rank-C square-root update: C signals at once (Prop. 4 generalized to a block).
 
     With the ``C x d`` matrix ``Phi`` of whitened signals (rows ``phi_c = R^T s_c``) and
@@ -314,9 +354,11 @@ def rank_block_update(sqrt_precond: Array, trace_precond: Array, phis: Array) ->
     ``C = 1``, ``L = sqrt(1 + phi^T phi)`` and ``K`` is Eq. (13)'s
     ``r / (1 + phi^T phi)``. Cost: one ``d x d`` times ``d x C`` product (``T = R Phi^T``,
     one read of ``R``), one rank-C read-modify-write ``R - (T K) Phi``, and O(C^3 + d C^2);
-    ``tr(A') = tr(A) - ||L^{-1} T^T||_F^2`` in O(d C^2). Products ``R'^T v`` follow in
-    O(d C) from ``R^T v`` with :func:`block_whitened_product`. Rows of ``Phi`` that are
-    zero leave ``R`` unchanged.
+    ``tr(A')`` is summed from ``R'`` (``exact_trace=True``, see *Trace bookkeeping*), or
+    ``tr(A) - ||L^{-1} T^T||_F^2`` in O(d C^2). ``scale`` ``a`` multiplies the result,
+    ``R' = a R B`` (Appendix B's forgetting, as in :func:`rank_one_update`). Products
+    ``R'^T v`` follow in O(d C) from ``R^T v`` with :func:`block_whitened_product`. Rows
+    of ``Phi`` that are zero leave ``R`` unchanged.
     """
     dtype = sqrt_precond.dtype
     eye = jnp.eye(phis.shape[0], dtype=dtype)
@@ -329,12 +371,18 @@ def rank_block_update(sqrt_precond: Array, trace_precond: Array, phis: Array) ->
     chol_inv = solve_triangular(chol, eye, lower=True)  # L^{-1}
     gain = chol_inv.T @ solve_triangular(chol + eye, eye, lower=True)
     columns = jnp.einsum("ij,cj->ic", sqrt_precond, phis)  # T = R Phi^T: one read of R
-    new_sqrt = sqrt_precond - (columns @ gain) @ phis
-    # tr(A') = tr(A) - ||L^{-1} T^T||_F^2 = tr(A) - tr((I + M)^{-1} T^T T)
-    new_trace = trace_precond - jnp.sum((chol_inv.T @ chol_inv) * (columns.T @ columns))
-    return BlockUpdate(new_sqrt.astype(dtype), new_trace.astype(dtype), phis, gain)
+    scale = jnp.asarray(scale, dtype)
+    new_sqrt = scale * (sqrt_precond - (columns @ gain) @ phis)
+    if exact_trace:
+        new_trace = jnp.einsum("ij,ij->", new_sqrt, new_sqrt)
+    else:  # tr(A') = a^2 (tr(A) - ||L^{-1} T^T||_F^2) = a^2 (tr(A) - tr((I + M)^{-1} T^T T))
+        removed = jnp.sum((chol_inv.T @ chol_inv) * (columns.T @ columns))
+        new_trace = scale**2 * (trace_precond - removed)
+    return BlockUpdate(new_sqrt.astype(dtype), new_trace.astype(dtype), phis, gain, scale)
 
 
 def block_whitened_product(update: BlockUpdate, whitened: Array) -> Array:
-    """Rows ``R'^T v`` from rows ``R^T v``: ``W - (W Phi^T) K Phi`` in O(d C) per row."""
-    return whitened - ((whitened @ update.signals.T) @ update.gain) @ update.signals
+    """Rows ``R'^T v`` from rows ``R^T v``: ``a (W - (W Phi^T) K Phi)`` in O(d C) per row."""
+    return update.scale * (
+        whitened - ((whitened @ update.signals.T) @ update.gain) @ update.signals
+    )

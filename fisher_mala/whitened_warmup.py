@@ -110,6 +110,7 @@ class FisherHMCWarmup:
         self.algorithm = algorithm
         self.score_prior_weight = score_prior_weight
         blackjax = require_blackjax()
+        self.target_acceptance = float(hmc_target_acceptance_rate)
         self.dual_averaging = blackjax.adaptation.step_size.dual_averaging_adaptation(
             hmc_target_acceptance_rate
         )

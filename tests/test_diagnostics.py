@@ -49,8 +49,9 @@ def test_paper_ess_recovers_ar1_ess(phi):
 def test_ess_shapes_and_methods():
     rng = np.random.default_rng(0)
     samples = {"a": rng.normal(size=(3, 500, 2)), "b": rng.normal(size=(3, 500))}
-    assert fm.ess(samples).shape == (3, 3)
-    assert fm.ess(samples, per_chain=False).shape == (3,)
-    bulk = fm.ess(samples, method="bulk", per_chain=False)
+    bulk = fm.ess(samples)  # the default: ArviZ's multi-chain bulk ESS
     assert bulk.shape == (3,) and np.all(bulk > 800)  # iid draws: about 1500
-    assert fm.ess(samples, method="bulk").shape == (3, 3)
+    np.testing.assert_array_equal(bulk, fm.ess(samples, method="bulk", per_chain=False))
+    assert fm.ess(samples, method="paper", per_chain=True).shape == (3, 3)
+    assert fm.ess(samples, method="paper").shape == (3,)
+    assert fm.ess(samples, per_chain=True).shape == (3, 3)

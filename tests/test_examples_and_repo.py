@@ -123,3 +123,15 @@ def test_fisher_nuts_page_shows_the_committed_race(tmp_path):
     page = tmp_path / "fisher_nuts.md"
     page.write_text(committed)
     assert versus_blackjax.write_whitened_docs(page) == committed
+
+
+def test_reliability_page_shows_the_committed_checks(tmp_path):
+    """docs/reliability.md's table of the checks is what benchmarks/run_checks.py renders."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import run_checks
+
+    committed = (ROOT / "docs" / "reliability.md").read_text()
+    page = tmp_path / "reliability.md"
+    page.write_text(committed)
+    assert run_checks.write_docs(page) == committed
+    assert "| none |" in committed and "rejection_streak" in committed

@@ -148,7 +148,22 @@ def _logdensity_4d(x):
     return -0.5 * jnp.sum(jnp.arange(1.0, 5.0) * (x - 1.0) ** 2) - 0.1 * jnp.sum(x**4)
 
 
-@pytest.mark.parametrize("learning_rate", [None, lambda n: 1.0 / n**0.6])
+def appendix_b_information(scores, learning_rate, damping):
+    """Appendix B's I_n, dense, with the two guards of fm.fisher_preconditioner: gamma_n
+    capped at max(1/n, 1/d), and rho_n = lambda (n gamma_n - 1) / (n (n - 1)) added along
+    the coordinate axis (n - 2) mod d (weight rho_n d), which keeps the damping lambda / n."""
+    d = scores.shape[1]
+    fisher = np.outer(scores[0], scores[0]) + damping * np.eye(d)
+    for n in range(2, len(scores) + 1):
+        g = min(float(learning_rate(n)), max(1.0 / n, 1.0 / d))
+        rho = max(0.0, damping * (n * g - 1.0) / (n * (n - 1.0)))
+        axis = np.eye(d)[(n - 2) % d]
+        fisher = ((1 - g) * fisher + g * np.outer(scores[n - 1], scores[n - 1])
+                  + rho * d * np.outer(axis, axis))
+    return fisher
+
+
+@pytest.mark.parametrize("learning_rate", [None, lambda n: 1.0 / n**0.6, lambda n: 0.3])
 def test_score_signal_in_kernel_matches_proposition4_and_appendix_b(x64, learning_rate):
     damping = 3.0
     alg = fm.fisher_mala(
@@ -163,10 +178,7 @@ def test_score_signal_in_kernel_matches_proposition4_and_appendix_b(x64, learnin
     if learning_rate is None:
         fisher = scores.T @ scores + damping * np.eye(4)
     else:
-        fisher = np.outer(scores[0], scores[0]) + damping * np.eye(4)
-        for n in range(2, len(scores) + 1):
-            g = learning_rate(n)
-            fisher = (1 - g) * fisher + g * np.outer(scores[n - 1], scores[n - 1])
+        fisher = appendix_b_information(scores, learning_rate, damping)
     np.testing.assert_allclose(r @ r.T, np.linalg.inv(fisher), rtol=1e-9, atol=1e-14)
     assert int(state.count) == 120
 
@@ -352,3 +364,59 @@ def test_wrong_sqrt_precond_shape_is_rejected():
     alg = fm.fisher_mala(_ld, step_size=1.0)
     with pytest.raises(ValueError, match="sqrt_precond"):
         alg.init(jnp.zeros(3), sqrt_precond=jnp.eye(4))
+
+
+def _grad_4d(x):
+    return -np.arange(1.0, 5.0) * (x - 1.0) - 0.4 * x**3
+
+
+def _record_transitions(alg, x0, num_steps, seed=5):
+    """Run ``alg`` step by step; return the proposals it evaluated and the infos.
+
+    The log density records every point it is evaluated at (one per step: the proposal),
+    so the test can recompute each signal from dense gradients.
+    """
+    seen = []
+
+    def logdensity(x):
+        jax.debug.callback(lambda v: seen.append(np.asarray(v)), x)
+        return _logdensity_4d(x)
+
+    alg = alg(logdensity)
+    state = alg.init(x0)
+    seen.clear()
+    positions, infos = [], []
+    step = jax.jit(alg.step)
+    for key in jax.random.split(jax.random.key(seed), num_steps):
+        positions.append(np.asarray(state.position))
+        state, info = step(key, state)
+        infos.append(info)
+    jax.effects_barrier()
+    assert len(seen) == num_steps  # one evaluation per step, at the proposal
+    infos = jax.tree.map(lambda *v: np.stack(v), *infos)
+    return state, np.asarray(positions), np.asarray(seen), infos
+
+
+@pytest.mark.parametrize("signal", ["rao_blackwell", "increment"])
+def test_default_and_increment_signals_in_kernel_match_dense_algebra(x64, signal):
+    """Eq. (16) (sqrt(alpha) (g_y - g_x), the default) and Eq. (15) (1[accepted] (g_y -
+    g_x)) recomputed from the proposals with dense gradients, then Prop. 4 as a dense
+    inverse. Kills: alpha for sqrt(alpha); no weight; the weight of the other signal."""
+    damping = 2.0
+
+    def build(logdensity):
+        return fm.fisher_mala(logdensity, step_size=0.6, damping=damping, signal=signal)
+
+    state, xs, ys, infos = _record_transitions(build, jnp.zeros(4), 150)
+    alpha = infos.acceptance_rate
+    assert 0.05 < alpha.mean() < 0.95 and alpha.std() > 0.1  # the weights matter
+    difference = np.stack([_grad_4d(y) - _grad_4d(x) for x, y in zip(xs, ys, strict=True)])
+    if signal == "rao_blackwell":
+        signals = np.sqrt(alpha)[:, None] * difference
+    else:
+        signals = np.where(infos.is_accepted[:, None], difference, 0.0)
+    expected = np.linalg.inv(signals.T @ signals + damping * np.eye(4))
+    r = np.asarray(state.sqrt_precond)
+    np.testing.assert_allclose(r @ r.T, expected, rtol=1e-8, atol=1e-14)
+    np.testing.assert_allclose(state.logdensity_grad, _grad_4d(np.asarray(state.position)),
+                               rtol=1e-12)

@@ -122,7 +122,7 @@ def test_gaussian_targets_know_their_moments():
 
 def test_registry_lists_every_target():
     assert set(fm.targets.names()) == {
-        "gaussian_2d", "gp", "inhomogeneous", *EXPECTED, *fm.targets.POSTERIORS
+        "gaussian_2d", "gp", "inhomogeneous", "funnel", *EXPECTED, *fm.targets.POSTERIORS
     }
     with pytest.raises(ValueError, match="Unknown target"):
         fm.targets.get("mnist")
@@ -173,3 +173,19 @@ def test_plain_jax_and_numpyro_models_run_through_sample():
         z = (float(draws.mean()) - post_mean) / np.sqrt(post_var / ess)
         assert abs(z) < 4.0, z
         assert fm.to_arviz(result) is not None
+
+
+def test_neal_funnel_log_density_and_moments(x64):
+    from scipy import stats
+
+    t = fm.targets.neal_funnel(5)
+    z = np.array([0.7, -1.0, 0.3, 2.0, -0.4])
+    ref = stats.norm.logpdf(z[0], 0, 3) + stats.norm.logpdf(z[1:], 0, np.exp(z[0] / 2)).sum()
+    z2 = np.array([-2.0, 0.1, -0.2, 0.05, 0.3])
+    ref2 = stats.norm.logpdf(z2[0], 0, 3) + stats.norm.logpdf(z2[1:], 0, np.exp(z2[0] / 2)).sum()
+    ours = float(t.logdensity_fn(jnp.asarray(z)) - t.logdensity_fn(jnp.asarray(z2)))
+    assert ours == pytest.approx(ref - ref2, rel=1e-10)
+    # sd(x_i)^2 = E[e^v] = e^{9/2} for v ~ N(0, 9)
+    assert t.extras["sd"][1] ** 2 == pytest.approx(np.exp(4.5))
+    with pytest.raises(ValueError, match="dim"):
+        fm.targets.neal_funnel(1)

@@ -7,6 +7,7 @@
 """
 
 from fisher_mala.targets.base import Target, get, names, register
+from fisher_mala.targets.funnel import neal_funnel
 from fisher_mala.targets.gaussians import (
     correlated_2d,
     gaussian,
@@ -29,6 +30,7 @@ __all__ = [
     "gaussian",
     "correlated_2d",
     "gp_gaussian",
+    "neal_funnel",
     "inhomogeneous_gaussian",
     "DATASETS",
     "load_dataset",

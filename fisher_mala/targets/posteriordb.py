@@ -1,4 +1,4 @@
-"""Four posteriors from posteriordb that nobody on this project wrote, with reference moments.
+"""Five posteriors from posteriordb that nobody on this project wrote, with reference moments.
 
 posteriordb (github.com/stan-dev/posteriordb, BSD-3) pairs Stan models and data with
 reference draws (10 chains x 1000 draws of Stan's NUTS, thinned). The data and the
@@ -14,6 +14,9 @@ name                                        d   what makes it hard
                                                 coefficients (condition number ~1e5 after
                                                 centring)
 ``eight_schools_noncentered``               10  hierarchical, heavy-tailed scale (Cauchy prior)
+``eight_schools_centered``                  10  the same posterior, centred: a funnel between
+                                                ``tau`` and the ``theta`` (posteriordb's
+                                                reference is the non-centred one's)
 ``kilpisjarvi``                             3   uncentred years (~2000) as covariate:
                                                 intercept and slope correlated at -0.99999
 ``arK``                                     7   AR(5) time series, correlated lags
@@ -40,18 +43,24 @@ _DATA = Path(__file__).resolve().parent / "data" / "posteriordb"
 POSTERIORS = {
     "diamonds": "diamonds-diamonds",
     "eight_schools_noncentered": "eight_schools-eight_schools_noncentered",
+    "eight_schools_centered": "eight_schools-eight_schools_centered",
     "kilpisjarvi": "kilpisjarvi_mod-kilpisjarvi",
     "arK": "arK-arK",
 }
 
 
+# posteriordb gives the centred eight schools the non-centred model's data and reference
+# posterior (its ``reference_posterior_name``): the two are one posterior of (theta, mu, tau).
+_FILES = {**POSTERIORS, "eight_schools_centered": POSTERIORS["eight_schools_noncentered"]}
+
+
 def reference(name: str) -> dict:
     """The bundled reference moments of posterior ``name`` (registry name)."""
-    return json.loads((_DATA / f"{POSTERIORS[name]}.json").read_text())
+    return json.loads((_DATA / f"{_FILES[name]}.json").read_text())
 
 
 def _data(name: str) -> dict:
-    with np.load(_DATA / f"{POSTERIORS[name]}.npz") as f:
+    with np.load(_DATA / f"{_FILES[name]}.npz") as f:
         return {k: f[k] for k in f.files}
 
 
@@ -130,6 +139,37 @@ def _eight_schools(data):
     return j + 2, logdensity, constrain, pymc_model, ("theta_trans", "mu", "tau")
 
 
+def _eight_schools_centered(data):
+    y, sd = data["y"], data["sigma"]
+    j = y.shape[0]
+
+    def logdensity(theta):
+        school, mu, log_tau = theta[:j], theta[j], theta[j + 1]
+        tau = jnp.exp(log_tau)
+        return (
+            _normal(school, mu, tau)
+            + _normal(jnp.asarray(y, theta.dtype), school, jnp.asarray(sd, theta.dtype))
+            + _normal(mu, 0.0, 5.0)
+            - jnp.log1p((tau / 5.0) ** 2)
+            + log_tau
+        )
+
+    def constrain(theta):
+        return np.concatenate([theta[..., : j + 1], np.exp(theta[..., j + 1 :])], -1)
+
+    def pymc_model():
+        import pymc as pm
+
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0.0, 5.0)
+            tau = pm.HalfCauchy("tau", 5.0)
+            school = pm.Normal("theta", mu, tau, shape=j)
+            pm.Normal("y", school, sd, observed=y)
+        return model
+
+    return j + 2, logdensity, constrain, pymc_model, ("theta", "mu", "tau")
+
+
 def _kilpisjarvi(data):
     x, y = data["x"], data["y"]
     prior = (float(data["pmualpha"]), float(data["psalpha"]))
@@ -198,6 +238,7 @@ def _ark(data):
 _BUILDERS = {
     "diamonds": _diamonds,
     "eight_schools_noncentered": _eight_schools,
+    "eight_schools_centered": _eight_schools_centered,
     "kilpisjarvi": _kilpisjarvi,
     "arK": _ark,
 }
