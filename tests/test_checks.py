@@ -104,6 +104,10 @@ def test_a_long_rejection_streak_is_located():
     assert streak.details["chains"] == [1] and streak.details["lengths"] == [300]
     assert streak.details["where"][0][0][0] == "x[2]"
     assert d.longest_rejection_streak[1] == 300
+    # 60 rejections in a row (3% of the draws) at one point: shorter than 100, no finding
+    short = rng.random((CHAINS, DRAWS)) < 0.57
+    short[1, 500:560] = False
+    assert "rejection_streak" not in checks(fake_run(x, is_accepted=short))
     # the same streak is no finding for NUTS, which does not reject whole proposals
     assert "rejection_streak" not in checks(fake_run(x, is_accepted=accepted,
                                                     sampler="fisher_nuts", acceptance=0.8))

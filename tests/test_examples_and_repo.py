@@ -17,7 +17,12 @@ def test_quickstart_runs_in_quick_mode(tmp_path):
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_no_nan(proc)
     assert "fisher_mala" in proc.stdout
+    # each chain's learned preconditioner is closer to the truth than the identity is
+    identity = float(re.search(r"([\d.]+) is the identity's", proc.stdout).group(1))
+    distances = numbers_after("by chain:", proc.stdout)
+    assert len(distances) >= 2 + 2 and max(distances[:2]) < identity, (distances, identity)
     assert (tmp_path / "preconditioner.png").stat().st_size > 1000
     assert (tmp_path / "fisher_mala.nc").stat().st_size > 1000
 
@@ -32,12 +37,72 @@ def test_ci_runs_the_readme_test_command():
     assert tests in ci, (tests, ci)
 
 
+def assert_no_nan(proc):
+    """A NaN or inf anywhere in an example's output fails (warnings included)."""
+    for stream in (proc.stdout, proc.stderr):
+        assert not re.search(r"\b(nan|inf)\b", stream, re.IGNORECASE), stream[-3000:]
+
+
+def numbers_after(label, text):
+    """The numbers on the line that contains ``label``, after it."""
+    line = next(line for line in text.splitlines() if label in line)
+    return [float(v) for v in re.findall(r"-?\d+\.?\d*(?:e[-+]?\d+)?", line.split(label, 1)[1])]
+
+
+def summary_value(sampler, field, text):
+    """A value of fm.summary's line for ``sampler`` (e.g. field "bulk ESS min")."""
+    line = next(line for line in text.splitlines() if line.startswith(sampler) and field in line)
+    return float(re.search(re.escape(field) + r"\s+(-?[\d.e+-]+)", line).group(1))
+
+
+def check_logistic_regression(out):
+    assert summary_value("fisher_mala", "bulk ESS min", out) >= 3.0
+    assert 0.3 < summary_value("fisher_mala", "acc", out) <= 1.0
+
+
+def check_scan_composition(out):
+    assert 0.3 < numbers_after("acceptance", out)[0] <= 1.0
+    assert min(numbers_after("min / median ESS per chain:", out)) >= 2.0
+
+
+def check_numpyro_model(out):
+    # posteriordb's reference (non-centred eight schools): mu 4.41, tau 3.60
+    mu, tau = numbers_after("posterior mean of mu", out)
+    assert abs(mu - 4.41) < 1.5 and 1.0 < tau < 8.0, (mu, tau)
+    assert summary_value("fisher_mala", "bulk ESS min", out) >= 100.0
+
+
+def check_gpu(out):
+    assert summary_value("fisher_mala", "bulk ESS min", out) >= 2.0
+    assert 0.3 < summary_value("fisher_mala", "acc", out) <= 1.0
+
+
+def check_custom_schedule(out):
+    rows = [line for line in out.splitlines() if re.match(r"^(1/n|n\^|optax|constant)", line)]
+    assert len(rows) == 4, out
+    for row in rows:  # name, window, 4 distances (each below the identity's 68), ESS, R-hat
+        values = [float(v) for v in re.findall(r"\s(-?\d+\.\d+|\d+)(?=\s|$)", row)]
+        window, *distances, ess, rhat = values[-7:]
+        assert 1.0 <= rhat < 2.0, row
+        assert window >= 100 and max(distances) < 68.0 and ess >= 5.0, row
+    assert "capped" in rows[2]  # the optax schedule would forget faster than d signals
+
+
 EXAMPLES = {
     "logistic_regression.py": ["--quick"],
     "scan_composition.py": ["--quick"],
     "numpyro_model.py": ["--quick"],
     "gpu.py": ["--quick", "--chains", "2", "--dataset", "ripley"],
     "custom_schedule.py": ["--quick"],
+}
+
+
+CHECKS = {
+    "logistic_regression.py": check_logistic_regression,
+    "scan_composition.py": check_scan_composition,
+    "numpyro_model.py": check_numpyro_model,
+    "gpu.py": check_gpu,
+    "custom_schedule.py": check_custom_schedule,
 }
 
 
@@ -48,7 +113,8 @@ def test_examples_run_in_quick_mode(script, tmp_path):
         args += ["--out", str(tmp_path)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ESS" in proc.stdout or "ESS" in proc.stderr or "draws" in proc.stdout
+    assert_no_nan(proc)
+    CHECKS[script](proc.stdout)
 
 
 def test_paper_reproduction_pipeline_quick_mode(tmp_path):
