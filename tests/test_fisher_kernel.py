@@ -420,3 +420,27 @@ def test_default_and_increment_signals_in_kernel_match_dense_algebra(x64, signal
     np.testing.assert_allclose(r @ r.T, expected, rtol=1e-8, atol=1e-14)
     np.testing.assert_allclose(state.logdensity_grad, _grad_4d(np.asarray(state.position)),
                                rtol=1e-12)
+
+
+def test_the_issues_schedule_keeps_the_run_finite_and_warns_that_it_is_capped():
+    """0.5 * optax.polynomial_schedule(1 -> 1/num^0.7) on the 100-d GP target printed
+    ``nan`` (R overflowed float32 in the warm-up); now gamma_n is capped at max(1/n, 1/d),
+    and fm.sample says so because the cap binds for most of the warm-up."""
+    import warnings
+
+    import optax
+
+    num = 2000
+    schedule = optax.polynomial_schedule(1.0, 1.0 / num**0.7, 1.0, num)
+    target = fm.targets.gp_gaussian()
+    x0 = target.initial_positions(jax.random.key(0), 2)
+    with pytest.warns(RuntimeWarning, match="capped at max"):
+        r = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
+                      num_warmup=num, num_samples=500, learning_rate=lambda n: 0.5 * schedule(n),
+                      diagnose=False)
+    assert np.all(np.isfinite(np.asarray(r.parameters.sqrt_precond)))
+    assert np.all(np.asarray(r.sample_stats["is_accepted"]).mean(-1) > 0.3)
+    with warnings.catch_warnings():  # a window of d signals throughout: no warning
+        warnings.simplefilter("error", RuntimeWarning)
+        fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0, num_warmup=600,
+                  num_samples=10, learning_rate=1.0 / target.dim, diagnose=False)
