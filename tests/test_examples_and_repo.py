@@ -201,3 +201,32 @@ def test_reliability_page_shows_the_committed_checks(tmp_path):
     page.write_text(committed)
     assert run_checks.write_docs(page) == committed
     assert "| none |" in committed and "rejection_streak" in committed
+
+
+def test_site_check_finds_raw_tex_and_broken_images(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import check_site
+
+    (tmp_path / "img.png").write_bytes(b"png")
+    good = tmp_path / "good.html"
+    good.write_text('<p>MathML <math><mi>A</mi></math> and <code>\\(x\\)</code></p>'
+                    '<img src="img.png">')
+    bad = tmp_path / "bad.html"
+    bad.write_text('<p>raw \\(A^{-1}\\) here</p><img src="missing.png">')
+    assert check_site.problems(good, tmp_path) == []
+    found = check_site.problems(bad, tmp_path)
+    assert any("raw TeX" in f for f in found) and any("broken image" in f for f in found)
+    assert check_site.main([str(tmp_path)]) == 1
+
+
+def test_docs_hook_renders_tex_as_mathml():
+    pytest.importorskip("latex2mathml")
+    sys.path.insert(0, str(ROOT / "docs_hooks"))
+    import mathml
+
+    assert mathml.plain("A^{-1}") == "A⁻¹"
+    html = mathml._MATH.sub(
+        lambda m: mathml.to_mathml(m, None),
+        '<span class="arithmatex">\\(R R^\\top\\)</span>',
+    )
+    assert html.startswith("<math") and "\\(" not in html
