@@ -39,6 +39,16 @@ from fisher_mala.whitened_warmup import FisherParameters, fisher_adaptation
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    """``fm.FisherMALAKernel``, ``fm.sample_numpyro``: imported on first use (NumPyro)."""
+    if name in ("FisherMALAKernel", "FisherMALAKernelState", "sample_numpyro"):
+        from fisher_mala import numpyro_kernel
+
+        return getattr(numpyro_kernel, name)
+    raise AttributeError(f"module 'fisher_mala' has no attribute {name!r}")
+
+
 __all__ = [
     "AdaptationAlgorithm",
     "FisherHMCInfo",
@@ -75,6 +85,9 @@ __all__ = [
     "paper_summary",
     "diagnose",
     "SamplingWarning",
+    "FisherMALAKernel",
+    "FisherMALAKernelState",
+    "sample_numpyro",
     "checks",
     "to_arviz",
     "targets",

@@ -69,7 +69,8 @@ def check_numpyro_model(out):
     # posteriordb's reference (non-centred eight schools): mu 4.41, tau 3.60
     mu, tau = numbers_after("posterior mean of mu", out)
     assert abs(mu - 4.41) < 1.5 and 1.0 < tau < 8.0, (mu, tau)
-    assert summary_value("fisher_mala", "bulk ESS min", out) >= 100.0
+    assert summary_value("fisher_nuts", "bulk ESS min", out) >= 100.0
+    assert "fm.to_arviz variables: mu, tau, theta, theta_raw" in out
 
 
 def check_gpu(out):

@@ -36,10 +36,11 @@ def test_whitened_kernel_is_blackjax_with_inverse_mass_matrix_r_rt(x64, algorith
         ours = fm.fisher_nuts(logdensity, 0.3, r)
         theirs = blackjax.nuts(logdensity, 0.3, inverse_mass)
     s_ours, s_theirs = ours.init(jnp.ones(d)), theirs.init(jnp.ones(d))
+    step_ours, step_theirs = jax.jit(ours.step), jax.jit(theirs.step)
     moves = 0
     for key in jax.random.split(jax.random.key(0), 30):
-        s_ours, info = ours.step(key, s_ours)
-        s_theirs, info_theirs = theirs.step(key, s_theirs)
+        s_ours, info = step_ours(key, s_ours)
+        s_theirs, info_theirs = step_theirs(key, s_theirs)
         np.testing.assert_allclose(s_ours.position, s_theirs.position, rtol=1e-8, atol=1e-10)
         assert int(info.num_integration_steps) == int(info_theirs.num_integration_steps)
         moves += int(info.is_accepted)

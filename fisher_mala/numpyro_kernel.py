@@ -1,0 +1,292 @@
+"""NumPyro models in, named constrained draws out: an ``MCMCKernel`` and ``sample_numpyro``.
+
+``numpyro.infer.MCMC(fm.FisherMALAKernel(model), num_warmup=..., num_samples=...,
+num_chains=...)`` runs Algorithm 1 on any NumPyro model: ``mcmc.get_samples()`` and
+``mcmc.print_summary()`` give the model's sites, constrained to their supports, with its
+deterministic sites, and ``arviz.from_numpyro(mcmc)`` works. Needs NumPyro
+(``pip install 'fisher_mala[numpyro]'``), which the core never imports.
+
+The kernel follows NumPyro's ``BarkerMH`` (``numpyro/infer/barker.py``): the model is
+initialized by ``numpyro.infer.util.initialize_model`` (unconstrained sites, potential
+energy ``-log pi``); each ``sample`` call is one transition; adaptation happens during
+the ``num_warmup`` calls and stops after them. Within the warm-up the phases of
+Algorithm 1 follow the iteration count: the step-size search, ``num_mala_steps`` MALA
+iterations adapting ``sigma^2``, then FisherMALA adapting ``R`` and ``sigma^2``. MALA is
+the FisherMALA kernel with ``R_0 = I / sqrt(lambda)`` frozen (Eq. (7) is invariant to the
+scale of ``A``). Chains run with ``chain_method="parallel"`` or ``"sequential"``.
+
+:func:`sample_numpyro` runs any sampler of :func:`fm.sample` (Fisher NUTS included) on a
+NumPyro model and maps the draws back to the model's named, constrained sites.
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from fisher_mala import fisher, validation
+from fisher_mala.adaptation import find_reasonable_step_size
+from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+
+__all__ = ["FisherMALAKernelState", "FisherMALAKernel", "sample_numpyro"]
+
+try:  # NumPyro is an optional extra
+    from numpyro.infer.initialization import init_to_uniform
+    from numpyro.infer.mcmc import MCMCKernel
+    from numpyro.infer.util import initialize_model
+    from numpyro.util import identity, is_prng_key
+except ImportError:  # pragma: no cover - exercised only without numpyro
+    MCMCKernel = object
+    init_to_uniform = initialize_model = identity = is_prng_key = None
+
+
+class FisherMALAKernelState(NamedTuple):
+    """State of :class:`FisherMALAKernel` (a pytree; ``z`` is NumPyro's sample field).
+
+    Attributes
+    ----------
+    i
+        Transitions made (warm-up included).
+    z
+        The unconstrained position, in the structure of the model's sites.
+    potential_energy
+        ``-log pi(z)``.
+    fisher_state
+        The :class:`~fisher_mala.fisher.FisherMALAState` (``R``, ``sigma^2``, caches).
+    accept_prob, mean_accept_prob
+        The last M-H probability and its running mean (reset after the warm-up).
+    rng_key
+        The chain's key.
+    """
+
+    i: Array
+    z: Any
+    potential_energy: Array
+    fisher_state: fisher.FisherMALAState
+    accept_prob: Array
+    mean_accept_prob: Array
+    rng_key: Array
+
+
+class FisherMALAKernel(MCMCKernel):
+    """Fisher adaptive MALA (Algorithm 1) for ``numpyro.infer.MCMC``.
+
+    Parameters
+    ----------
+    model
+        A NumPyro model (or give ``potential_fn``).
+    potential_fn
+        ``z -> -log pi(z)`` on an unconstrained pytree (then ``init_params`` is needed).
+    step_size
+        The initial ``sigma^2`` (the search starts there, as in ``fm.sample``).
+    num_mala_steps
+        MALA iterations before the Fisher adaptation starts (Algorithm 1: 500).
+    damping
+        ``lambda`` of Eq. (8).
+    signal, learning_rate
+        As in :func:`fm.fisher_mala`.
+    target_accept_prob
+        The step-size rule's target (0.574).
+    find_step_size
+        Bracket ``sigma^2`` first (:func:`fm.find_reasonable_step_size`).
+    init_strategy
+        NumPyro's initialization strategy for the model's sites.
+    """
+
+    def __init__(
+        self,
+        model: Callable | None = None,
+        potential_fn: Callable | None = None,
+        step_size=1.0,
+        num_mala_steps: int = 500,
+        damping=fisher.DAMPING,
+        signal: str = "rao_blackwell",
+        learning_rate: Callable | float | None = None,
+        target_accept_prob=MALA_TARGET_ACCEPTANCE,
+        find_step_size: bool = True,
+        init_strategy=None,
+    ):
+        if MCMCKernel is object:
+            raise ImportError("FisherMALAKernel needs NumPyro: pip install 'fisher_mala[numpyro]'.")
+        if (model is None) == (potential_fn is None):
+            raise ValueError("Give exactly one of `model` and `potential_fn`.")
+        validation.check_positive("step_size", step_size, "It is sigma^2 of Algorithm 1.")
+        validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
+        validation.check_probability("target_accept_prob", target_accept_prob)
+        if int(num_mala_steps) < 0:
+            raise ValueError(f"`num_mala_steps` must be >= 0, got {num_mala_steps}.")
+        self._model = model
+        self._potential_fn = potential_fn
+        self._step_size = step_size
+        self._num_mala_steps = int(num_mala_steps)
+        self._damping = damping
+        self._target = target_accept_prob
+        self._find_step_size = bool(find_step_size)
+        self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
+        self._postprocess_fn = None
+        self._num_warmup = 0
+        self._signal, self._learning_rate = signal, learning_rate
+        self._build_kernels()
+
+    def _build_kernels(self):
+        options = dict(damping=self._damping)
+        self._adaptive = fisher.build_kernel(self._signal, self._learning_rate, True, **options)
+        self._frozen = fisher.build_kernel(self._signal, self._learning_rate, False, **options)
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def sample_field(self):
+        return "z"
+
+    def get_diagnostics_str(self, state):
+        return f"sigma^2 {state.fisher_state.step_size:.2e}. acc. prob={state.mean_accept_prob:.2f}"
+
+    def _logdensity(self, z):
+        return -self._potential_fn(z)
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        if not is_prng_key(rng_key):
+            raise ValueError(
+                "FisherMALAKernel runs one chain per key: use chain_method='parallel' or "
+                "'sequential' (as NumPyro's BarkerMH)."
+            )
+        self._num_warmup = int(num_warmup)
+        rng_key, key_model, key_search = jax.random.split(rng_key, 3)
+        if self._model is not None:
+            params, potential_gen, self._postprocess_fn, _ = initialize_model(
+                key_model,
+                self._model,
+                dynamic_args=True,
+                init_strategy=self._init_strategy,
+                model_args=model_args,
+                model_kwargs=model_kwargs,
+            )
+            init_params = params[0]
+            self._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
+        elif init_params is None:
+            raise ValueError("`init_params` is needed with `potential_fn`.")
+        step = self._step_size
+        if self._find_step_size:
+            step = find_reasonable_step_size(
+                key_search, self._logdensity, init_params, step, self._target
+            ).step_size
+        fisher_state = fisher.init(init_params, self._logdensity, step, self._damping)
+        zero = jnp.zeros((), fisher_state.logdensity.dtype)
+        return FisherMALAKernelState(
+            jnp.zeros((), jnp.int32),
+            init_params,
+            -fisher_state.logdensity,
+            fisher_state,
+            zero,
+            zero,
+            rng_key,
+        )
+
+    def postprocess_fn(self, args, kwargs):
+        if self._postprocess_fn is None:
+            return identity
+        return self._postprocess_fn(*args, **kwargs)
+
+    def sample(self, state, model_args, model_kwargs):
+        i = state.i
+        rng_key, key = jax.random.split(state.rng_key)
+        num_mala = min(self._num_mala_steps, self._num_warmup)
+
+        def mala_phase(fs):  # R_0 frozen: MALA with sigma^2 (scale invariance of Eq. (7))
+            new, info = self._frozen(key, fs, self._logdensity)
+            step = adapt_step_size(fs.step_size, info.acceptance_rate, self._target, LEARNING_RATE)
+            return new._replace(step_size=step), info
+
+        def fisher_phase(fs):
+            return self._adaptive(key, fs, self._logdensity, self._target, LEARNING_RATE)
+
+        def sampling(fs):
+            return self._frozen(key, fs, self._logdensity)
+
+        phase = jnp.where(i < num_mala, 0, jnp.where(i < self._num_warmup, 1, 2))
+        fisher_state, info = jax.lax.switch(
+            phase, (mala_phase, fisher_phase, sampling), state.fisher_state
+        )
+        itr = i + 1
+        n = jnp.where(i < self._num_warmup, itr, itr - self._num_warmup)
+        alpha = info.acceptance_rate
+        mean = state.mean_accept_prob + (alpha - state.mean_accept_prob) / n
+        return FisherMALAKernelState(
+            itr,
+            fisher_state.position,
+            -fisher_state.logdensity,
+            fisher_state,
+            alpha,
+            mean,
+            rng_key,
+        )
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_adaptive"] = state["_frozen"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._build_kernels()
+
+
+def sample_numpyro(
+    rng_key,
+    model: Callable,
+    *model_args,
+    sampler="fisher_mala",
+    num_chains: int = 4,
+    num_warmup: int = 20_000,
+    num_samples: int = 20_000,
+    model_kwargs: dict | None = None,
+    **options,
+):
+    """:func:`fm.sample` on a NumPyro model; the draws come back named and constrained.
+
+    The model is initialized by ``numpyro.infer.util.initialize_model`` (one random
+    initial point per chain, NumPyro's ``init_to_uniform``); ``fm.sample`` runs on the
+    unconstrained sites (a dict, so every sampler and ``options`` apply); each draw is then
+    mapped by the model's ``postprocess_fn``: every latent site on its support, and the
+    deterministic sites. ``fm.to_arviz(result)`` names the variables as the model does.
+
+    Returns
+    -------
+    SamplingResult
+        ``samples`` is ``{site: (chains, draws, *shape)}``, constrained; the checks and
+        ESS of :func:`fm.sample` were computed on the unconstrained draws.
+    """
+    import dataclasses
+
+    from fisher_mala.sampling import sample
+
+    model_kwargs = {} if model_kwargs is None else model_kwargs
+    key_init, key_run = jax.random.split(rng_key)
+    inits = [
+        initialize_model(
+            k, model, model_args=model_args, model_kwargs=model_kwargs, dynamic_args=False
+        )
+        for k in jax.random.split(key_init, num_chains)
+    ]
+    positions = jax.tree.map(lambda *z: jnp.stack(z), *[i.param_info.z for i in inits])
+    potential_fn, postprocess = inits[0].potential_fn, inits[0].postprocess_fn
+
+    def logdensity(z):
+        return -potential_fn(z)
+
+    result = sample(
+        key_run,
+        sampler,
+        logdensity,
+        positions,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        **options,
+    )
+    constrained = jax.vmap(jax.vmap(postprocess))(result.samples)
+    return dataclasses.replace(result, samples=constrained)

@@ -1,0 +1,114 @@
+"""fm.FisherMALAKernel inside numpyro.infer.MCMC: named constrained sites (deterministic
+ones included), ArviZ, and the draws against NumPyro NUTS on the same models (z-scores)."""
+
+import jax
+import numpy as np
+import pytest
+
+import fisher_mala as fm
+
+numpyro = pytest.importorskip("numpyro")
+dist = pytest.importorskip("numpyro.distributions")
+from numpyro.infer import MCMC, NUTS  # noqa: E402
+
+Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def eight_schools(sigma, y=None):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+    with numpyro.plate("J", len(sigma)):
+        theta_raw = numpyro.sample("theta_raw", dist.Normal(0.0, 1.0))
+        theta = numpyro.deterministic("theta", mu + tau * theta_raw)
+        numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+
+
+def logistic(x, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0.0, 5.0))
+    numpyro.sample("obs", dist.Bernoulli(logits=x @ w + b), obs=y)
+
+
+def _run(kernel, *args, num=1500, chains=2, **kwargs):
+    mcmc = MCMC(kernel, num_warmup=num, num_samples=num, num_chains=chains,
+                chain_method="sequential", progress_bar=False)
+    mcmc.run(jax.random.key(0), *args, **kwargs)
+    return mcmc
+
+
+class _Grouped:
+    """fm.sample_numpyro's draws with MCMC's ``get_samples(group_by_chain=True)``."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def get_samples(self, group_by_chain=True):
+        return self.samples
+
+
+def _assert_same_posterior(ours, reference, sites):
+    """Means by MCSE z-scores (ArviZ's multi-chain ESS on both), sds within 15%."""
+    a = ours.get_samples(group_by_chain=True)
+    b = reference.get_samples(group_by_chain=True)
+    for site in sites:
+        x, r = np.asarray(a[site], np.float64), np.asarray(b[site], np.float64)
+        x = x.reshape(*x.shape[:2], -1)
+        r = r.reshape(*r.shape[:2], -1)
+        mcse_x = x.reshape(-1, x.shape[-1]).std(0) / np.sqrt(fm.ess(x, method="mean"))
+        mcse_r = r.reshape(-1, r.shape[-1]).std(0) / np.sqrt(fm.ess(r, method="mean"))
+        z = (x.mean((0, 1)) - r.mean((0, 1))) / np.sqrt(mcse_x**2 + mcse_r**2)
+        assert np.all(np.abs(z) < 4.5), (site, z)
+        ratio = x.std((0, 1)) / r.std((0, 1))
+        assert np.all(np.abs(ratio - 1) < 0.15), (site, ratio)
+
+
+def test_eight_schools_named_constrained_sites_match_nuts():
+    mcmc = _run(fm.FisherMALAKernel(eight_schools), SIGMA, y=Y)
+    samples = mcmc.get_samples()
+    assert set(samples) == {"mu", "tau", "theta_raw", "theta"}  # deterministic site kept
+    assert samples["theta"].shape == (3000, 8)
+    assert np.all(samples["tau"] > 0)  # constrained to its support
+    nuts = _run(NUTS(eight_schools), SIGMA, y=Y, num=1000)
+    _assert_same_posterior(mcmc, nuts, ["mu", "tau", "theta"])
+
+    # fm.sample on the same model: named, constrained sites in fm.to_arviz
+    result = fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, Y, num_chains=2,
+                               num_warmup=1500, num_samples=1500)
+    assert set(result.samples) == {"mu", "tau", "theta_raw", "theta"}
+    assert result.samples["theta"].shape == (2, 1500, 8) and np.all(result.samples["tau"] > 0)
+    _assert_same_posterior(_Grouped(result.samples), nuts, ["mu", "tau", "theta"])
+    assert set(fm.to_arviz(result).posterior.data_vars) == {"mu", "tau", "theta_raw", "theta"}
+    import arviz as az
+
+    idata = az.from_numpyro(mcmc)
+    assert set(idata.posterior.data_vars) == {"mu", "tau", "theta_raw", "theta"}
+    assert idata.posterior["theta"].shape == (2, 1500, 8)
+    mcmc.print_summary()
+
+
+def test_logistic_regression_matches_nuts():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)) * np.array([1.0, 3.0, 0.3, 1.0])
+    y = (rng.random(200) < 1 / (1 + np.exp(-(x @ np.array([1.0, -0.5, 2.0, 0.0]) + 0.3))))
+    mcmc = _run(fm.FisherMALAKernel(logistic), x, y=y.astype(float))
+    nuts = _run(NUTS(logistic), x, y=y.astype(float), num=1000)
+    _assert_same_posterior(mcmc, nuts, ["w", "b"])
+
+
+def test_potential_fn_and_bad_input():
+    def potential(z):
+        return 0.5 * ((z["a"] - 1.0) ** 2).sum()
+
+    mcmc = MCMC(fm.FisherMALAKernel(potential_fn=potential), num_warmup=600, num_samples=500,
+                progress_bar=False)
+    mcmc.run(jax.random.key(1), init_params={"a": np.zeros(3, np.float32)})
+    assert mcmc.get_samples()["a"].shape == (500, 3)
+    with pytest.raises(ValueError, match="exactly one"):
+        fm.FisherMALAKernel()
+    with pytest.raises(ValueError, match="init_params"):
+        MCMC(fm.FisherMALAKernel(potential_fn=potential), num_warmup=5, num_samples=5,
+             progress_bar=False).run(jax.random.key(0))
+    with pytest.raises(ValueError, match="parallel"):
+        MCMC(fm.FisherMALAKernel(eight_schools), num_warmup=5, num_samples=5, num_chains=2,
+             chain_method="vectorized", progress_bar=False).run(jax.random.key(0), SIGMA, y=Y)
