@@ -729,7 +729,7 @@ def render(out: Path = DOCS) -> Path:
             if a and b:
                 rows.append(f"| {guess:g} | {a['min_ess_mean']:.0f} ± {a['min_ess_sd']:.0f} | "
                             f"{b['min_ess_mean']:.0f} ± {b['min_ess_sd']:.0f} |")
-        parts += ["## 5. The driver: progress bar, initial step size, memory\n",
+        parts += ["## 4. The driver: progress bar, initial step size, memory\n",
                   "`python -m benchmarks.driver_checks`. Progress bar (GP target, 4 chains, "
                   "2 x 10^4 + 2 x 10^4): warm-up + sampling "
                   f"{pb['seconds_with']:.2f} s with the bar, {pb['seconds_without']:.2f} s "
@@ -745,7 +745,7 @@ def render(out: Path = DOCS) -> Path:
     long_run = RESULTS / "long_run_1e6.json"
     if long_run.exists():
         lr = json.loads(long_run.read_text())
-        parts += ["## 4. Long-run numerics\n",
+        parts += ["## 5. Long-run numerics\n",
                   "`python -m benchmarks.long_run --updates 1000000 --dim 50`: "
                   f"{lr['updates']} float32 updates of the Prop. 4 recursion against float64 "
                   f"on the same signals: relative Frobenius error of `R R^T` "
