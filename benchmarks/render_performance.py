@@ -672,8 +672,11 @@ def render(out: Path = DOCS) -> Path:
     orient = RESULTS / "orientation.json"
     if sc.exists():
         data = json.loads(sc.read_text())
+        plot = _plot_step_cost(data["rows"], out)
+        parts += ["## 1. Cost per iteration against the matrix-vector roofline\n"]
+        if plot:
+            parts.append(f"![cost per iteration against d, with the roofline]({plot})\n")
         parts += [
-            "## 1. Cost per iteration against the matrix-vector roofline\n",
             f"`{data['meta']['command']}` ({data['meta']['device']}, jax "
             f"{data['meta']['jax']}). Microseconds per iteration for all chains together. "
             "`R@v` is one product of `R` (a jitted argument, batched over the chains' "
@@ -689,9 +692,6 @@ def render(out: Path = DOCS) -> Path:
             step_cost.render(data["rows"]), "\n", "### Goals\n", _goals(data["rows"]),
             _analysis(json.loads(orient.read_text()) if orient.exists() else None,
                       data["rows"], data["meta"])]
-        plot = _plot_step_cost(data["rows"], out)
-        if plot:
-            parts.append(f"![cost against d]({plot})\n")
         parts += ["### Sharing one R (pooled chains): cost per chain-iteration\n",
                   "From the same run: the adaptive step of 16 chains each with its own R "
                   "against 16 chains sharing one R (goal: at least 8x cheaper).\n",
@@ -711,6 +711,12 @@ def render(out: Path = DOCS) -> Path:
     race = RESULTS / "race"
     if race.exists():
         parts += ["## 3. The race against BlackJAX\n",
+                  "![min bulk ESS per second by target and sampler, log scale]"
+                  "(images/fisher_nuts_race.png)\n",
+                  "*Min bulk ESS per second (warm-up + sampling) of every sampler raced, "
+                  "peers side by side, log scale (`python -m benchmarks.versus_blackjax "
+                  "--write-docs` draws it; the Fisher NUTS page discusses the NUTS "
+                  "samplers).*\n",
                   "`python -m benchmarks.versus_blackjax --targets all` (protocol in its "
                   "docstring: 4 chains, 5000 draws each; FisherMALA 5000 burn-in "
                   "iterations, NUTS 1000 window-adaptation steps). ESS per second counts "

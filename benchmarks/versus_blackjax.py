@@ -470,15 +470,15 @@ PLOT = DOCS_PAGE.parent / "images" / "fisher_nuts_race.png"
 
 
 def plot_whitened(out=PLOT, root=RESULTS) -> Path:
-    """Min bulk ESS/s per target, the Fisher samplers and the peers side by side, log scale."""
+    """Min bulk ESS/s per target: the Fisher samplers (FisherMALA included) and the peers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ("fisher_nuts_pooled", "fisher_nuts", "fisher_hmc", *PEERS)
+    names = ("fisher_nuts_pooled", "fisher_nuts", "fisher_hmc", "fisher_mala", *PEERS)
     targets = [t for t in (*TARGETS, *POSTERIORDB) if (root / t / "fisher_nuts.json").exists()]
-    fig, ax = plt.subplots(figsize=(11, 4.2))
+    fig, ax = plt.subplots(figsize=(12, 4.2))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
         values = [json.loads(p.read_text())["bulk_min_per_second"]
