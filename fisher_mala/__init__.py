@@ -42,7 +42,13 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     """``fm.FisherMALAKernel``, ``fm.sample_numpyro``: imported on first use (NumPyro)."""
-    if name in ("FisherMALAKernel", "FisherMALAKernelState", "sample_numpyro"):
+    if name in (
+        "FisherMALAKernel",
+        "FisherMALAKernelState",
+        "FisherNUTSKernel",
+        "FisherNUTSKernelState",
+        "sample_numpyro",
+    ):
         from fisher_mala import numpyro_kernel
 
         return getattr(numpyro_kernel, name)
@@ -87,6 +93,8 @@ __all__ = [
     "SamplingWarning",
     "FisherMALAKernel",
     "FisherMALAKernelState",
+    "FisherNUTSKernel",
+    "FisherNUTSKernelState",
     "sample_numpyro",
     "checks",
     "to_arviz",

@@ -15,6 +15,7 @@ iterations adapting ``sigma^2``, then FisherMALA adapting ``R`` and ``sigma^2``.
 the FisherMALA kernel with ``R_0 = I / sqrt(lambda)`` frozen (Eq. (7) is invariant to the
 scale of ``A``). Chains run with ``chain_method="parallel"`` or ``"sequential"``.
 
+:class:`FisherNUTSKernel` is Fisher NUTS (or HMC) as an ``MCMCKernel``;
 :func:`sample_numpyro` runs any sampler of :func:`fm.sample` (Fisher NUTS included) on a
 NumPyro model and maps the draws back to the model's named, constrained sites.
 """
@@ -30,7 +31,13 @@ from fisher_mala import fisher, validation
 from fisher_mala.adaptation import find_reasonable_step_size
 from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
 
-__all__ = ["FisherMALAKernelState", "FisherMALAKernel", "sample_numpyro"]
+__all__ = [
+    "FisherMALAKernelState",
+    "FisherMALAKernel",
+    "FisherNUTSKernelState",
+    "FisherNUTSKernel",
+    "sample_numpyro",
+]
 
 try:  # NumPyro is an optional extra
     from numpyro.infer.initialization import init_to_uniform
@@ -290,3 +297,200 @@ def sample_numpyro(
     )
     constrained = jax.vmap(jax.vmap(postprocess))(result.samples)
     return dataclasses.replace(result, samples=constrained)
+
+
+class FisherNUTSKernelState(NamedTuple):
+    """State of :class:`FisherNUTSKernel` (``z`` is NumPyro's sample field).
+
+    Attributes
+    ----------
+    i
+        ``sample`` calls made (warm-up included).
+    z
+        The unconstrained position, in the structure of the model's sites.
+    potential_energy
+        ``-log pi(z)``.
+    hmc_state
+        The :class:`~fisher_mala.whitened_hmc.FisherHMCState` (``R`` frozen).
+    step_size
+        The leapfrog step tuned by the warm-up.
+    accept_prob, mean_accept_prob, diverging, num_steps
+        The last transition's acceptance, its running mean over the sampling calls,
+        whether it diverged and its number of leapfrog steps.
+    rng_key
+        The chain's key.
+    """
+
+    i: Array
+    z: Any
+    potential_energy: Array
+    hmc_state: Any
+    step_size: Array
+    accept_prob: Array
+    mean_accept_prob: Array
+    diverging: Array
+    num_steps: Array
+    rng_key: Array
+
+
+class FisherNUTSKernel(MCMCKernel):
+    """Fisher NUTS (or Fisher HMC) for ``numpyro.infer.MCMC``: NUTS in coordinates whitened
+    by the ``R`` that FisherMALA learns (see ``docs/fisher_nuts.md``).
+
+    The whole warm-up of ``fm.sample(..., "fisher_nuts")`` (Fisher phase, then dual
+    averaging of the leapfrog step, then the scale normalization) runs in ``init``, with
+    ``num_warmup`` iterations; the ``num_warmup`` warm-up calls of ``sample`` that NUTS
+    would spend on adaptation are then no-ops (``collect_warmup=True`` collects the
+    warmed-up state repeated), and every later call is one NUTS transition with ``R`` and
+    the step frozen.
+
+    Parameters
+    ----------
+    model, potential_fn, init_strategy
+        As in :class:`FisherMALAKernel`.
+    algorithm
+        ``"nuts"`` or ``"hmc"`` (trajectory length pi/2 in whitened units by default).
+    max_num_doublings, num_integration_steps
+        The sampling kernel's (as in ``fm.sample``).
+    **warmup_options
+        Options of :class:`~fisher_mala.whitened_warmup.FisherHMCWarmup` (not ``pooled``).
+    """
+
+    def __init__(
+        self,
+        model: Callable | None = None,
+        potential_fn: Callable | None = None,
+        algorithm: str = "nuts",
+        max_num_doublings: int = 10,
+        num_integration_steps: int | None = None,
+        init_strategy=None,
+        **warmup_options,
+    ):
+        from fisher_mala import whitened_hmc
+
+        if MCMCKernel is object:
+            raise ImportError("FisherNUTSKernel needs NumPyro: pip install 'fisher_mala[numpyro]'.")
+        if (model is None) == (potential_fn is None):
+            raise ValueError("Give exactly one of `model` and `potential_fn`.")
+        validation.check_choice("algorithm", algorithm, whitened_hmc.ALGORITHMS)
+        if warmup_options.get("pooled"):
+            raise ValueError("FisherNUTSKernel learns one R per chain (pooled=False).")
+        self._model = model
+        self._potential_fn = potential_fn
+        self._algorithm = algorithm
+        self._max_num_doublings = int(max_num_doublings)
+        self._num_integration_steps = num_integration_steps
+        self._warmup_options = warmup_options
+        self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
+        self._postprocess_fn = None
+        self._num_warmup = 0
+        self._kernel = whitened_hmc.build_kernel(algorithm)
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def sample_field(self):
+        return "z"
+
+    def get_diagnostics_str(self, state):
+        return f"{state.num_steps} steps of size {state.step_size:.2e}. acc. prob={state.mean_accept_prob:.2f}"
+
+    def _logdensity(self, z):
+        return -self._potential_fn(z)
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        from fisher_mala.whitened_warmup import FisherHMCWarmup
+
+        if not is_prng_key(rng_key):
+            raise ValueError(
+                "FisherNUTSKernel runs one chain per key: use chain_method='parallel' or "
+                "'sequential'."
+            )
+        if int(num_warmup) < 10:
+            raise ValueError(f"FisherNUTSKernel needs num_warmup >= 10, got {num_warmup}.")
+        self._num_warmup = int(num_warmup)
+        rng_key, key_model, key_warmup = jax.random.split(rng_key, 3)
+        if self._model is not None:
+            params, potential_gen, self._postprocess_fn, _ = initialize_model(
+                key_model,
+                self._model,
+                dynamic_args=True,
+                init_strategy=self._init_strategy,
+                model_args=model_args,
+                model_kwargs=model_kwargs,
+            )
+            init_params = params[0]
+            self._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
+        elif init_params is None:
+            raise ValueError("`init_params` is needed with `potential_fn`.")
+        warmup = FisherHMCWarmup(
+            self._logdensity,
+            self._algorithm,
+            max_num_doublings=self._max_num_doublings,
+            num_integration_steps=self._num_integration_steps,
+            **self._warmup_options,
+        )
+        (state, parameters), _ = warmup.run(key_warmup, init_params, self._num_warmup)
+        zero = jnp.zeros((), state.logdensity.dtype)
+        return FisherNUTSKernelState(
+            jnp.zeros((), jnp.int32),
+            state.position,
+            -state.logdensity,
+            state,
+            jnp.asarray(parameters.step_size, state.logdensity.dtype),
+            zero,
+            zero,
+            jnp.zeros((), bool),
+            jnp.zeros((), jnp.int32),
+            rng_key,
+        )
+
+    def postprocess_fn(self, args, kwargs):
+        if self._postprocess_fn is None:
+            return identity
+        return self._postprocess_fn(*args, **kwargs)
+
+    def sample(self, state, model_args, model_kwargs):
+        def warmed_up(state):  # the warm-up ran in `init`
+            return state._replace(i=state.i + 1)
+
+        def transition(state):
+            rng_key, key = jax.random.split(state.rng_key)
+            hmc_state, info = self._kernel(
+                key,
+                state.hmc_state,
+                self._logdensity,
+                state.step_size,
+                self._num_integration_steps,
+                self._max_num_doublings,
+            )
+            n = state.i + 1 - self._num_warmup
+            alpha = info.acceptance_rate.astype(state.mean_accept_prob.dtype)
+            mean = state.mean_accept_prob + (alpha - state.mean_accept_prob) / n
+            return FisherNUTSKernelState(
+                state.i + 1,
+                hmc_state.position,
+                -hmc_state.logdensity,
+                hmc_state,
+                state.step_size,
+                alpha,
+                mean,
+                jnp.asarray(info.is_divergent),
+                jnp.asarray(info.num_integration_steps, jnp.int32),
+                rng_key,
+            )
+
+        return jax.lax.cond(state.i < self._num_warmup, warmed_up, transition, state)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_kernel"] = None
+        return state
+
+    def __setstate__(self, state):
+        from fisher_mala import whitened_hmc
+
+        self.__dict__.update(state)
+        self._kernel = whitened_hmc.build_kernel(self._algorithm)

@@ -1,5 +1,6 @@
-"""fm.FisherMALAKernel inside numpyro.infer.MCMC: named constrained sites (deterministic
-ones included), ArviZ, and the draws against NumPyro NUTS on the same models (z-scores)."""
+"""fm.FisherMALAKernel and fm.FisherNUTSKernel inside numpyro.infer.MCMC, and
+fm.sample_numpyro: named constrained sites (deterministic ones included), ArviZ, and the
+draws against NumPyro NUTS on the same models (z-scores)."""
 
 import jax
 import numpy as np
@@ -72,6 +73,13 @@ def test_eight_schools_named_constrained_sites_match_nuts():
     nuts = _run(NUTS(eight_schools), SIGMA, y=Y, num=1000)
     _assert_same_posterior(mcmc, nuts, ["mu", "tau", "theta"])
 
+    # Fisher NUTS as an MCMCKernel: warm-up in init, the warm-up calls are no-ops
+    fisher_nuts = _run(fm.FisherNUTSKernel(eight_schools), SIGMA, y=Y, num=1000)
+    assert fisher_nuts.get_samples()["theta"].shape == (2000, 8)
+    _assert_same_posterior(fisher_nuts, nuts, ["mu", "tau", "theta"])
+    extra = fisher_nuts.get_extra_fields()
+    assert "diverging" not in extra or extra["diverging"].dtype == bool
+
     # fm.sample on the same model: named, constrained sites in fm.to_arviz
     result = fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, Y, num_chains=2,
                                num_warmup=1500, num_samples=1500)
@@ -106,6 +114,10 @@ def test_potential_fn_and_bad_input():
     assert mcmc.get_samples()["a"].shape == (500, 3)
     with pytest.raises(ValueError, match="exactly one"):
         fm.FisherMALAKernel()
+    with pytest.raises(ValueError, match="exactly one"):
+        fm.FisherNUTSKernel()
+    with pytest.raises(ValueError, match="algorithm"):
+        fm.FisherNUTSKernel(eight_schools, algorithm="mala")
     with pytest.raises(ValueError, match="init_params"):
         MCMC(fm.FisherMALAKernel(potential_fn=potential), num_warmup=5, num_samples=5,
              progress_bar=False).run(jax.random.key(0))
