@@ -395,7 +395,10 @@ class FisherNUTSKernel(MCMCKernel):
         return "z"
 
     def get_diagnostics_str(self, state):
-        return f"{state.num_steps} steps of size {state.step_size:.2e}. acc. prob={state.mean_accept_prob:.2f}"
+        return (
+            f"{state.num_steps} steps of size {state.step_size:.2e}. "
+            f"acc. prob={state.mean_accept_prob:.2f}"
+        )
 
     def _logdensity(self, z):
         return -self._potential_fn(z)
