@@ -94,8 +94,11 @@ def test_fisher_nuts_matches_the_reference_draws(name):
         ("arK", "fisher_mala", {}),
         ("eight_schools_noncentered", "fisher_mala", {"pooled": True}),
         ("arK", "fisher_hmc", {}),
+        ("arK", "adamala", {}),
+        ("arK", "mmala", {}),
     ],
-    ids=["arK-fisher_mala", "eight_schools_noncentered-pooled", "arK-fisher_hmc"],
+    ids=["arK-fisher_mala", "eight_schools_noncentered-pooled", "arK-fisher_hmc",
+         "arK-adamala", "arK-mmala"],
 )
 def test_other_samplers_match_the_reference_draws(name, sampler, options):
     """The CI subset; the race (benchmarks/versus_blackjax.py) checks every sampler on every
