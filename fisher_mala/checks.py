@@ -188,7 +188,7 @@ def _centre_of_others(means, var_of_mean):
     """Each chain's reference: the other chains' mean (two or three chains) or median.
 
     The median keeps one stray chain from dragging the others' reference along (with a
-    mean, one chain 14 standard errors away put every other chain 4.7 away). Its squared
+    mean, one chain 14 standard errors away put every other chain about 4 away). Its squared
     standard error is taken as ``pi / 2`` times that of the mean (normal samples).
     """
     num_chains = means.shape[0]
