@@ -310,7 +310,7 @@ def _check_streaks(names, x, is_accepted, alpha, min_share):
         "rejection_streak",
         f"Rejections cluster in one region: {text}. The step size is far too large there "
         "for the local scale (a funnel's neck or a wall), so the chain under-samples it; "
-        "reparameterize (e.g. non-centred), or use a position-dependent metric (mmala).",
+        "reparameterize (e.g. non-centred).",
         {
             "chains": [h[0] for h in hits],
             "starts": [h[1] for h in hits],
