@@ -38,7 +38,7 @@ def main(argv=None):
             theta = numpyro.deterministic("theta", mu + tau * theta_raw)
             numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
-    num = 1_000 if args.quick else 10_000
+    num = 600 if args.quick else 10_000
     mcmc = MCMC(fm.FisherMALAKernel(model), num_warmup=num, num_samples=num, num_chains=4,
                 chain_method="sequential", progress_bar=False)
     mcmc.run(jax.random.key(0), sigma, y=y)

@@ -82,7 +82,11 @@ def _run(name, sampler, num, **options):
     return target, result
 
 
-@pytest.mark.parametrize("name", ["kilpisjarvi", "eight_schools_noncentered"])
+@pytest.mark.parametrize(
+    "name",
+    # eight schools: also checked in CI through fm.FisherNUTSKernel (test_numpyro_kernel.py)
+    ["kilpisjarvi", pytest.param("eight_schools_noncentered", marks=pytest.mark.slow)],
+)
 def test_fisher_nuts_matches_the_reference_draws(name):
     target, result = _run(name, "fisher_nuts", 3000)
     _assert_matches_reference(target, result.samples)

@@ -83,7 +83,7 @@ def _z_scores(samples, mean, sd):
 @pytest.mark.parametrize(
     "sampler,options",
     [("fisher_nuts", {}), ("fisher_hmc", {}), ("fisher_nuts", {"pooled": True}),
-     ("fisher_nuts", {"score_prior_weight": 1.0})],
+     pytest.param("fisher_nuts", {"score_prior_weight": 1.0}, marks=pytest.mark.slow)],
 )
 def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
     d = 8
