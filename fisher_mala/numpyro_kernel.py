@@ -49,6 +49,25 @@ except ImportError:  # pragma: no cover - exercised only without numpyro
     init_to_uniform = initialize_model = identity = is_prng_key = None
 
 
+def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
+    """The kernel's model through ``initialize_model`` (sets its potential and
+    postprocess functions); returns the unconstrained initial position."""
+    if kernel._model is None:
+        if init_params is None:
+            raise ValueError("`init_params` is needed with `potential_fn`.")
+        return init_params
+    params, potential_gen, kernel._postprocess_fn, _ = initialize_model(
+        rng_key,
+        kernel._model,
+        dynamic_args=True,
+        init_strategy=kernel._init_strategy,
+        model_args=model_args,
+        model_kwargs=model_kwargs,
+    )
+    kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
+    return params[0]
+
+
 class FisherMALAKernelState(NamedTuple):
     """State of :class:`FisherMALAKernel` (a pytree; ``z`` is NumPyro's sample field).
 
@@ -164,19 +183,7 @@ class FisherMALAKernel(MCMCKernel):
             )
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_search = jax.random.split(rng_key, 3)
-        if self._model is not None:
-            params, potential_gen, self._postprocess_fn, _ = initialize_model(
-                key_model,
-                self._model,
-                dynamic_args=True,
-                init_strategy=self._init_strategy,
-                model_args=model_args,
-                model_kwargs=model_kwargs,
-            )
-            init_params = params[0]
-            self._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
-        elif init_params is None:
-            raise ValueError("`init_params` is needed with `potential_fn`.")
+        init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
         step = self._step_size
         if self._find_step_size:
             step = find_reasonable_step_size(
@@ -415,19 +422,7 @@ class FisherNUTSKernel(MCMCKernel):
             raise ValueError(f"FisherNUTSKernel needs num_warmup >= 10, got {num_warmup}.")
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_warmup = jax.random.split(rng_key, 3)
-        if self._model is not None:
-            params, potential_gen, self._postprocess_fn, _ = initialize_model(
-                key_model,
-                self._model,
-                dynamic_args=True,
-                init_strategy=self._init_strategy,
-                model_args=model_args,
-                model_kwargs=model_kwargs,
-            )
-            init_params = params[0]
-            self._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
-        elif init_params is None:
-            raise ValueError("`init_params` is needed with `potential_fn`.")
+        init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
         warmup = FisherHMCWarmup(
             self._logdensity,
             self._algorithm,
