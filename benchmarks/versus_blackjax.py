@@ -31,12 +31,14 @@ is not recomputed).
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import jax
 import numpy as np
 
 import fisher_mala as fm
+from fisher_mala.sampling import _auto_chain_method, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "race"
@@ -47,6 +49,10 @@ SAMPLERS = ("fisher_mala", "fisher_mala_pooled", "nuts_diag", "nuts_dense", "bla
 WHITENED = ("fisher_nuts", "fisher_nuts_pooled", "fisher_hmc")
 #: nutpie (Rust NUTS on a PyMC model, numba backend) with its default and low-rank adaptation.
 NUTPIE = ("nutpie_diag", "nutpie_low_rank")
+#: XLA:CPU devices of a race process (``main`` sets them before JAX starts): each device runs
+#: its share of the chains on its own core (``fm.sample``'s placement), as nutpie runs its
+#: chains on all cores.
+CPU_DEVICES = 2
 #: The peers Fisher NUTS races against.
 PEERS = ("nuts_diag", "nuts_dense", *NUTPIE)
 TARGETS = ("gp", "inhomogeneous", "pima", "caravan", "mnist56", "heart", "german",
@@ -69,9 +75,16 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
         adaptation_info_fn=get_filter_adapt_info_fn(set(), {"num_integration_steps"}, set()),
     )
     keys = jax.random.split(key, positions.shape[0])
+    # The same placement as fm.sample's Fisher NUTS: chains split over the devices, one
+    # after the other on each device in small dimension.
+    method = _auto_chain_method("hmc", positions)
+    (keys, positions), _, mesh = _shard((keys, positions), positions.shape[0])
+
+    def chains(fn, *args):
+        return map_over_chains(fn, *args, chain_method=method, mesh=mesh)
 
     def warm(keys, positions):
-        return jax.vmap(lambda k, x: warmup.run(k, x, num_warmup))(keys, positions)
+        return chains(lambda k, x: warmup.run(k, x, num_warmup), keys, positions)
 
     ((states, params), info), c1, t1 = _compile_run(warm, keys, positions)
     grads_warmup = np.asarray(info.info.num_integration_steps).sum()
@@ -86,7 +99,7 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
 
             return jax.lax.scan(body, state, jax.random.split(key, num_samples))[1]
 
-        return jax.vmap(one)(keys, states, params)
+        return chains(one, keys, states, params)
 
     (draws, steps), c2, t2 = _compile_run(sample, jax.random.split(keys[0], len(keys)), states,
                                           params)
@@ -99,9 +112,13 @@ def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
 
     warmup = fm.mala_warmup(target.logdensity_fn)
     keys = jax.random.split(key, positions.shape[0])
+    (keys, positions), _, mesh = _shard((keys, positions), positions.shape[0])
+
+    def chains(fn, *args):
+        return map_over_chains(fn, *args, mesh=mesh)
 
     def warm(keys, positions):
-        return jax.vmap(lambda k, x: warmup.run(k, x, num_warmup))(keys, positions)
+        return chains(lambda k, x: warmup.run(k, x, num_warmup), keys, positions)
 
     ((states, params), info), c1, t1 = _compile_run(warm, keys, positions)
 
@@ -116,7 +133,7 @@ def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
 
             return jax.lax.scan(body, state, jax.random.split(key, num_samples))[1]
 
-        return jax.vmap(one)(keys, positions, sigma2)
+        return chains(one, keys, positions, sigma2)
 
     draws, c2, t2 = _compile_run(sample, jax.random.split(keys[0], len(keys)), states.position,
                                  params.step_size)
@@ -201,6 +218,8 @@ def run_cell(target_name, sampler, args, root=RESULTS):
                 "fisher_warmup": args.fisher_warmup, "nuts_warmup": args.nuts_warmup}
     if getattr(args, "score_prior_weight", None) is not None:
         protocol["score_prior_weight"] = args.score_prior_weight
+    if sampler not in NUTPIE and jax.default_backend() == "cpu":
+        protocol["cpu_devices"] = jax.device_count()
     if path.exists() and json.loads(path.read_text())["protocol"] == protocol:
         print(f"  cached   {target_name:14s} {sampler}")
         return
@@ -510,6 +529,9 @@ def main(argv=None):
     parser.add_argument("--root", type=Path, default=RESULTS,
                         help="cache folder (e.g. results/race_gpu for an accelerator's run)")
     args = parser.parse_args(argv)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:  # before JAX starts its backend
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={CPU_DEVICES}"
     if args.render:
         print(render(args.root))
         return

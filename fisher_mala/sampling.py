@@ -38,7 +38,7 @@ from fisher_mala.baseline_warmups import (
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.whitened_warmup import FisherHMCWarmup
 
-__all__ = ["Sampler", "SamplingResult", "register_sampler", "samplers", "sample"]
+__all__ = ["Sampler", "SamplingResult", "map_over_chains", "register_sampler", "samplers", "sample"]
 
 
 class Sampler(NamedTuple):
@@ -154,14 +154,10 @@ def _whitened_sampling_kernel(algorithm: str) -> Callable:
                 max_num_doublings,
             )
 
-        def step(key, state, parameters):  # R is in the state
+        def step(key, state, parameters):  # R is in the state, pooled or not
             return one(key, state, parameters.step_size)
 
-        def step_all(key, states, parameters):  # pooled: every chain at once
-            keys = jax.random.split(key, jnp.shape(parameters.step_size)[0])
-            return jax.vmap(one)(keys, states, parameters.step_size)
-
-        return step_all if pooled else step
+        return step
 
     return make
 
@@ -334,12 +330,52 @@ def _check_initial_positions(logdensity_fn, initial_positions) -> int:
 
 
 def _shard(tree, num_chains: int):
+    """Place the chains (leading axis) over the local devices; returns the mesh too."""
     devices = jax.local_devices()
     if len(devices) < 2 or num_chains % len(devices):
-        return tree, [str(devices[0])]
+        return tree, [str(devices[0])], None
     mesh = Mesh(np.asarray(devices), ("chain",))
     sharding = NamedSharding(mesh, PartitionSpec("chain"))
-    return jax.device_put(tree, sharding), [str(d) for d in devices]
+    return jax.device_put(tree, sharding), [str(d) for d in devices], mesh
+
+
+#: Largest dimension at which ``chain_method="auto"`` runs trajectory samplers (NUTS, HMC)
+#: one chain after the other on a CPU. Below it a batch of trees waits for its longest tree
+#: and the batched products are too small to pay; at d = 100 batching wins (measured in
+#: ``benchmarks/chain_method.py``, the Fisher NUTS page).
+SEQUENTIAL_MAX_DIM = 64
+
+
+def _auto_chain_method(name: str, initial_positions) -> str:
+    """``"sequential"`` for NUTS / HMC on a CPU in small dimension, else ``"vectorized"``."""
+    dim = sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
+    on_cpu = jax.default_backend() == "cpu"
+    if on_cpu and name in checks.TRAJECTORY_SAMPLERS and dim <= SEQUENTIAL_MAX_DIM:
+        return "sequential"
+    return "vectorized"
+
+
+def map_over_chains(fn, *args, chain_method: str = "vectorized", mesh: Mesh | None = None):
+    """Apply ``fn`` to every chain (leading axis of ``args``), on every device of ``mesh``.
+
+    ``"vectorized"`` batches the chains (``jax.vmap``); ``"sequential"`` runs them one after
+    the other (``jax.lax.map``). With a ``mesh`` (a ``"chain"`` axis, :func:`sample` builds
+    it over the local devices), each device runs its own chains with ``jax.shard_map`` and
+    no communication inside the loops; under plain ``jit`` sharding XLA would synchronize
+    the devices at every iteration of every loop.
+    """
+
+    def local(*a):
+        if chain_method == "vectorized":
+            return jax.vmap(fn)(*a)
+        return jax.lax.map(lambda b: fn(*b), a)
+
+    if mesh is None:
+        return local(*args)
+    chains = PartitionSpec("chain")
+    return jax.shard_map(local, mesh=mesh, in_specs=chains, out_specs=chains, check_vma=False)(
+        *args
+    )
 
 
 def _compile_and_run(fn, *args):
@@ -360,7 +396,7 @@ def sample(
     num_samples: int = 20_000,
     thinning: int = 1,
     progress_bar: bool = False,
-    chain_method: str = "vectorized",
+    chain_method: str = "auto",
     diagnose: bool = True,
     **options,
 ) -> SamplingResult:
@@ -386,10 +422,14 @@ def sample(
     progress_bar
         Show tqdm bars for the warm-up and sampling phases.
     chain_method
-        ``"vectorized"`` (default): the chains run batched (``jax.vmap``), sharded over
-        local devices. ``"sequential"``: one after the other in one compiled loop
-        (``jax.lax.map``); faster for NUTS on a CPU, where a batch of trees waits for its
-        longest one (as NumPyro's ``chain_method``). Pooled samplers are always batched.
+        How the chains run on each device (NumPyro's option of the same name): the chains
+        are split over the local devices (when their number divides the number of chains),
+        and each device runs its share with no communication. ``"vectorized"``: batched
+        (``jax.vmap``). ``"sequential"``: one after the other in one compiled loop
+        (``jax.lax.map``); faster for NUTS and HMC on a CPU in small dimension, where a
+        batch of trees waits for its longest one. ``"auto"`` (default): sequential for
+        NUTS and HMC on a CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates, else vectorized.
+        Pooled samplers share one ``R`` and are always batched.
     diagnose
         Run :func:`fm.diagnose` on the result and issue one
         :class:`~fisher_mala.checks.SamplingWarning` naming every failed check (R-hat,
@@ -446,19 +486,20 @@ def sample(
             raise TypeError(f"Invalid option for sampler {sampler!r}: {err}") from err
         sampling_step = spec.sampling_kernel(logdensity_fn, **options)
         target_acceptance, metropolis = float(warmup.target_acceptance), spec.metropolis
-    validation.check_choice("chain_method", chain_method, ("vectorized", "sequential"))
+    validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
     num_chains = _check_initial_positions(logdensity_fn, initial_positions)
-
-    def map_chains(fn, *args):
-        if chain_method == "vectorized":
-            return jax.vmap(fn)(*args)
-        return jax.lax.map(lambda a: fn(*a), args)
 
     if callable(grad_evals_per_step):
         dim = sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
         grad_evals_per_step = grad_evals_per_step(dim)
+    if chain_method == "auto":
+        chain_method = _auto_chain_method(name, initial_positions)
     keys = jax.random.split(rng_key, num_chains)
-    (keys, initial_positions), devices = _shard((keys, initial_positions), num_chains)
+    (keys, initial_positions), devices, mesh = _shard((keys, initial_positions), num_chains)
+
+    def map_chains(fn, *args):
+        return map_over_chains(fn, *args, chain_method=chain_method, mesh=mesh)
+
     num_draws = num_samples // thinning
 
     bars = []
@@ -494,16 +535,15 @@ def sample(
 
         return scan_with_progress(draw, state, num_draws, 0, sampling_bar)
 
-    if getattr(warmup, "batched", False):  # one state for all chains (pooled)
+    batched_warmup = getattr(warmup, "batched", False)  # one state for all chains (pooled)
+    if batched_warmup:
+        # The pooled update needs every chain's signal at every iteration: one device runs
+        # it (across XLA:CPU devices the per-iteration exchange costs more than it saves).
+        keys, initial_positions = jax.device_put((keys, initial_positions), jax.devices()[0])
 
         def run_warmup(keys, positions):
             key = jax.random.fold_in(keys[0], 0)
             return warmup.run_batch(key, positions, num_warmup, warmup_bar)
-
-        def run_sampling(keys, state, parameters):
-            key = jax.random.fold_in(keys[0], 1)
-            state, out = draws_of(sampling_step, key, state, parameters)
-            return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
 
     else:
 
@@ -512,6 +552,24 @@ def sample(
                 return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
 
             return map_chains(one, keys, positions)
+
+    if batched_warmup and not getattr(warmup, "per_chain_sampling", False):
+
+        def run_sampling(keys, state, parameters):
+            key = jax.random.fold_in(keys[0], 1)
+            state, out = draws_of(sampling_step, key, state, parameters)
+            return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
+
+    elif batched_warmup:  # a shared R learned, then independent chains (Fisher NUTS)
+
+        def run_sampling(keys, states, step_sizes):
+            def one(key, state, step_size):
+                params = WarmupParameters(step_size, None)  # R is in the state
+                return draws_of(sampling_step, jax.random.fold_in(key, 1), state, params)
+
+            return map_chains(one, keys, states, step_sizes)
+
+    else:
 
         def run_sampling(keys, states, parameters):
             def one(key, state, params):
@@ -523,8 +581,14 @@ def sample(
         ((states, parameters), warmup_info), compile_w, seconds_w = _compile_and_run(
             run_warmup, keys, initial_positions
         )
+        sampling_parameters = parameters
+        if batched_warmup and getattr(warmup, "per_chain_sampling", False):
+            sampling_parameters = parameters.step_size
+            (keys, states, sampling_parameters), _, mesh = _shard(
+                (keys, states, sampling_parameters), num_chains
+            )
         (final_state, (samples, stats)), compile_s, seconds_s = _compile_and_run(
-            run_sampling, keys, states, parameters
+            run_sampling, keys, states, sampling_parameters
         )
     finally:
         for bar in bars:

@@ -100,6 +100,9 @@ class FisherHMCWarmup:
         self.logdensity_fn = logdensity_fn
         self.pooled = bool(pooled)
         self.batched = self.pooled
+        # After the pooled Fisher phase every chain has its own state (with the shared R):
+        # the step-size phase and the draws run per chain.
+        self.per_chain_sampling = True
         if self.pooled:
             self.fisher = PooledFisherMALAWarmup(logdensity_fn, **fisher_options)
         else:
