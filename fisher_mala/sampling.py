@@ -36,6 +36,7 @@ from fisher_mala.baseline_warmups import (
     PooledFisherMALAWarmup,
 )
 from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.sharding import sqrt_precond_sharding
 from fisher_mala.whitened_warmup import FisherHMCWarmup
 
 __all__ = ["Sampler", "SamplingResult", "map_over_chains", "register_sampler", "samplers", "sample"]
@@ -329,14 +330,63 @@ def _check_initial_positions(logdensity_fn, initial_positions) -> int:
     return int(num_chains)
 
 
-def _shard(tree, num_chains: int):
-    """Place the chains (leading axis) over the local devices; returns the mesh too."""
-    devices = jax.local_devices()
+def _chain_mesh(num_chains: int, mesh: Mesh | None) -> Mesh | None:
+    """The mesh whose ``"chain"`` axis splits the chains, or ``None`` for one device."""
+    if mesh is not None:
+        if "chain" not in mesh.axis_names:
+            raise ValueError(
+                f"`mesh` needs a 'chain' axis (its axes are {mesh.axis_names}); give it size 1 "
+                "to run every chain on every device of the other axes."
+            )
+        if num_chains % mesh.shape["chain"]:
+            raise ValueError(
+                f"The mesh's 'chain' axis (size {mesh.shape['chain']}) does not divide the "
+                f"{num_chains} chains."
+            )
+        return mesh
+    devices = jax.devices()  # every process's devices under jax.distributed
     if len(devices) < 2 or num_chains % len(devices):
-        return tree, [str(devices[0])], None
-    mesh = Mesh(np.asarray(devices), ("chain",))
-    sharding = NamedSharding(mesh, PartitionSpec("chain"))
-    return jax.device_put(tree, sharding), [str(d) for d in devices], mesh
+        return None
+    return Mesh(np.asarray(devices), ("chain",))
+
+
+def _put(tree, sharding):
+    """``jax.device_put`` that also works with several processes (same values on each)."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def put(leaf):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(leaf)
+            data = put(jax.random.key_data(leaf))
+            return jax.random.wrap_key_data(data, impl=impl)
+        host = np.asarray(leaf)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree)
+
+
+def _shard(tree, mesh: Mesh | None):
+    """Place the chains (leading axis) over the mesh's ``"chain"`` axis."""
+    if mesh is None:
+        return tree
+    return _put(tree, NamedSharding(mesh, PartitionSpec("chain")))
+
+
+def _to_host(tree):
+    """Every process gets the whole of every array (chains of all processes)."""
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+
+    def gather(leaf):
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                return leaf  # keys stay where they are
+            return multihost_utils.process_allgather(leaf, tiled=True)
+        return leaf
+
+    return jax.tree.map(gather, tree)
 
 
 #: Largest dimension at which ``chain_method="auto"`` runs trajectory samplers (NUTS, HMC)
@@ -355,27 +405,42 @@ def _auto_chain_method(name: str, initial_positions) -> str:
     return "vectorized"
 
 
-def map_over_chains(fn, *args, chain_method: str = "vectorized", mesh: Mesh | None = None):
+def map_over_chains(
+    fn, *args, chain_method: str = "vectorized", mesh: Mesh | None = None, shared=None
+):
     """Apply ``fn`` to every chain (leading axis of ``args``), on every device of ``mesh``.
 
     ``"vectorized"`` batches the chains (``jax.vmap``); ``"sequential"`` runs them one after
-    the other (``jax.lax.map``). With a ``mesh`` (a ``"chain"`` axis, :func:`sample` builds
-    it over the local devices), each device runs its own chains with ``jax.shard_map`` and
-    no communication inside the loops; under plain ``jit`` sharding XLA would synchronize
-    the devices at every iteration of every loop.
+    the other (``jax.lax.map``). With a ``mesh``, each slice of its ``"chain"`` axis runs its
+    own chains with ``jax.shard_map`` (manual over ``"chain"`` only) and no communication
+    inside the loops; under plain ``jit`` sharding XLA would synchronize the devices at
+    every iteration of every loop. The mesh's other axes stay automatic: arrays sharded
+    over them (data rows, ``R``'s rows) are partitioned by XLA, which adds the reductions.
+    ``shared`` (any pytree, e.g. a data set) is passed whole to every call,
+    ``fn(*chain_args, shared)``, as an argument rather than a captured constant.
     """
+    num_mapped = len(args)
+    if shared is not None:
+        args = (*args, shared)
 
     def local(*a):
+        chain_args, common = a[:num_mapped], a[num_mapped:]
         if chain_method == "vectorized":
-            return jax.vmap(fn)(*a)
-        return jax.lax.map(lambda b: fn(*b), a)
+            return jax.vmap(lambda *c: fn(*c, *common))(*chain_args)
+        return jax.lax.map(lambda c: fn(*c, *common), chain_args)
 
     if mesh is None:
         return local(*args)
     chains = PartitionSpec("chain")
-    return jax.shard_map(local, mesh=mesh, in_specs=chains, out_specs=chains, check_vma=False)(
-        *args
-    )
+    specs = (chains,) * num_mapped + (PartitionSpec(),) * (len(args) - num_mapped)
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=specs,
+        out_specs=chains,
+        axis_names={"chain"},
+        check_vma=False,
+    )(*args)
 
 
 def _compile_and_run(fn, *args):
@@ -398,6 +463,8 @@ def sample(
     progress_bar: bool = False,
     chain_method: str = "auto",
     diagnose: bool = True,
+    data: ArrayTree | None = None,
+    mesh: Mesh | None = None,
     **options,
 ) -> SamplingResult:
     """Warm up and sample several chains with the paper's protocol.
@@ -410,7 +477,8 @@ def sample(
         A name from :func:`samplers` (``"mala"``, ``"fisher_mala"``, ...) or a
         ``SamplingAlgorithm`` (burn-in without adaptation, then its ``step``).
     logdensity_fn
-        ``position -> log pi(position)`` for one chain's position.
+        ``position -> log pi(position)`` for one chain's position; with ``data``,
+        ``(position, data) -> log pi(position)``.
     initial_positions
         Array or pytree whose leaves have a leading chain axis.
     num_warmup
@@ -434,6 +502,18 @@ def sample(
         Run :func:`fm.diagnose` on the result and issue one
         :class:`~fisher_mala.checks.SamplingWarning` naming every failed check (R-hat,
         ESS, chains that disagree, acceptance, rejection streaks, stuck chains).
+    data
+        A pytree of arrays given to ``logdensity_fn`` as its second argument: passed to
+        the compiled loops as an argument (a captured array would be compiled in as a
+        constant), placed as the caller placed it. Arrays sharded over a mesh axis other
+        than ``"chain"`` (e.g. ``jax.device_put(X, NamedSharding(mesh, P("data")))``)
+        make a data-parallel log density: XLA computes each device's share and reduces
+        the sums (the "Large problems" page of the documentation).
+    mesh
+        A ``jax.sharding.Mesh`` with a ``"chain"`` axis: each slice of that axis runs its
+        share of the chains; its other axes are left to XLA (data, ``R``'s rows). Default:
+        the chains split over all devices (every process's under ``jax.distributed``) when
+        their number divides the number of chains.
     **options
         Passed to the sampler's warm-up (e.g. ``damping``, ``signal``,
         ``initial_step_size``, ``num_mala_steps``, ``trace_every``).
@@ -456,7 +536,11 @@ def sample(
                 f"`init(position)` and `step(rng_key, state)` (e.g. blackjax.nuts(...)); "
                 f"got {sampler!r}."
             )
-        name, warmup = "custom", _BurnIn(sampler)
+        if data is not None:
+            raise ValueError(
+                "`data` needs a named sampler (the algorithm's log density is already built)."
+            )
+        name = "custom"
         target_acceptance, metropolis = None, False
         grad_evals_per_step = None  # from info.num_integration_steps when reported, else 1
         user_step = sampler.step
@@ -467,6 +551,11 @@ def sample(
 
         if options:
             raise TypeError(f"Options {sorted(options)} are not used with a custom algorithm.")
+        custom = _BurnIn(sampler), sampling_step
+
+        def kernels(logdensity):
+            return custom
+
     else:
         validation.check_choice("sampler", sampler, samplers())
         if sampler == "fisher_mala" and options.pop("pooled", False):
@@ -480,14 +569,31 @@ def sample(
         name, grad_evals_per_step = sampler, spec.grad_evals_per_step
         if sampler == "hmc" and "num_integration_steps" in options:
             grad_evals_per_step = int(options["num_integration_steps"])
+
+        def kernels(logdensity):
+            """The warm-up and the sampling step for ``logdensity``."""
+            return (
+                spec.warmup(logdensity, **options),
+                spec.sampling_kernel(logdensity, **options),
+            )
+
         try:
-            warmup = spec.warmup(logdensity_fn, **options)
+            kernels(logdensity_fn)
         except TypeError as err:
             raise TypeError(f"Invalid option for sampler {sampler!r}: {err}") from err
-        sampling_step = spec.sampling_kernel(logdensity_fn, **options)
-        target_acceptance, metropolis = float(warmup.target_acceptance), spec.metropolis
+        metropolis = spec.metropolis
+
+    def bound(data):
+        """The log density of one position (``data`` given as an argument, if any)."""
+        if data is None:
+            return logdensity_fn
+        return lambda position: logdensity_fn(position, data)
+
+    warmup = kernels(bound(data))[0]
+    if name != "custom":
+        target_acceptance = float(warmup.target_acceptance)
     validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
-    num_chains = _check_initial_positions(logdensity_fn, initial_positions)
+    num_chains = _check_initial_positions(bound(data), initial_positions)
 
     if callable(grad_evals_per_step):
         dim = sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
@@ -495,10 +601,12 @@ def sample(
     if chain_method == "auto":
         chain_method = _auto_chain_method(name, initial_positions)
     keys = jax.random.split(rng_key, num_chains)
-    (keys, initial_positions), devices, mesh = _shard((keys, initial_positions), num_chains)
+    user_mesh, mesh = mesh, _chain_mesh(num_chains, mesh)
+    devices = [str(d) for d in (mesh.devices.flat if mesh is not None else jax.devices()[:1])]
+    keys, initial_positions = _shard((keys, initial_positions), mesh)
 
-    def map_chains(fn, *args):
-        return map_over_chains(fn, *args, chain_method=chain_method, mesh=mesh)
+    def map_chains(fn, *args, data=None):
+        return map_over_chains(fn, *args, chain_method=chain_method, mesh=mesh, shared=data)
 
     num_draws = num_samples // thinning
 
@@ -536,63 +644,63 @@ def sample(
         return scan_with_progress(draw, state, num_draws, 0, sampling_bar)
 
     batched_warmup = getattr(warmup, "batched", False)  # one state for all chains (pooled)
+    per_chain_sampling = getattr(warmup, "per_chain_sampling", False)
     if batched_warmup:
-        # The pooled update needs every chain's signal at every iteration: one device runs
-        # it (across XLA:CPU devices the per-iteration exchange costs more than it saves).
-        keys, initial_positions = jax.device_put((keys, initial_positions), jax.devices()[0])
+        if user_mesh is None and jax.process_count() == 1:
+            # The pooled update needs every chain's signal at every iteration: one device
+            # runs it (across XLA:CPU devices the exchange costs more than it saves).
+            keys, initial_positions = jax.device_put((keys, initial_positions), jax.devices()[0])
+        # else XLA gathers the chains' signals from the devices of the "chain" axis
 
-        def run_warmup(keys, positions):
+        def run_warmup(keys, positions, data):
             key = jax.random.fold_in(keys[0], 0)
-            return warmup.run_batch(key, positions, num_warmup, warmup_bar)
+            return kernels(bound(data))[0].run_batch(key, positions, num_warmup, warmup_bar)
 
     else:
 
-        def run_warmup(keys, positions):
-            def one(key, position):
+        def run_warmup(keys, positions, data):
+            def one(key, position, data=None):
+                warmup = kernels(bound(data))[0]
                 return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
 
-            return map_chains(one, keys, positions)
+            return map_chains(one, keys, positions, data=data)
 
-    if batched_warmup and not getattr(warmup, "per_chain_sampling", False):
+    if batched_warmup and not per_chain_sampling:
 
-        def run_sampling(keys, state, parameters):
+        def run_sampling(keys, state, parameters, data):
             key = jax.random.fold_in(keys[0], 1)
-            state, out = draws_of(sampling_step, key, state, parameters)
+            state, out = draws_of(kernels(bound(data))[1], key, state, parameters)
             return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
 
-    elif batched_warmup:  # a shared R learned, then independent chains (Fisher NUTS)
+    else:  # independent chains (after a pooled warm-up: the shared R is in every state)
 
-        def run_sampling(keys, states, step_sizes):
-            def one(key, state, step_size):
-                params = WarmupParameters(step_size, None)  # R is in the state
-                return draws_of(sampling_step, jax.random.fold_in(key, 1), state, params)
+        def run_sampling(keys, states, parameters, data):
+            def one(key, state, params, data=None):
+                step = kernels(bound(data))[1]
+                return draws_of(step, jax.random.fold_in(key, 1), state, params)
 
-            return map_chains(one, keys, states, step_sizes)
+            return map_chains(one, keys, states, parameters, data=data)
 
-    else:
-
-        def run_sampling(keys, states, parameters):
-            def one(key, state, params):
-                return draws_of(sampling_step, jax.random.fold_in(key, 1), state, params)
-
-            return map_chains(one, keys, states, parameters)
-
-    try:
-        ((states, parameters), warmup_info), compile_w, seconds_w = _compile_and_run(
-            run_warmup, keys, initial_positions
-        )
-        sampling_parameters = parameters
-        if batched_warmup and getattr(warmup, "per_chain_sampling", False):
-            sampling_parameters = parameters.step_size
-            (keys, states, sampling_parameters), _, mesh = _shard(
-                (keys, states, sampling_parameters), num_chains
+    with sqrt_precond_sharding(mesh):  # R's rows over a "precond" axis, if any
+        try:
+            ((states, parameters), warmup_info), compile_w, seconds_w = _compile_and_run(
+                run_warmup, keys, initial_positions, data
             )
-        (final_state, (samples, stats)), compile_s, seconds_s = _compile_and_run(
-            run_sampling, keys, states, sampling_parameters
-        )
-    finally:
-        for bar in bars:
-            bar.close()
+            sampling_parameters = parameters
+            if batched_warmup and per_chain_sampling:
+                sampling_parameters = WarmupParameters(parameters.step_size, None)
+                keys, states, sampling_parameters = _shard(
+                    (keys, states, sampling_parameters), mesh
+                )
+            (final_state, (samples, stats)), compile_s, seconds_s = _compile_and_run(
+                run_sampling, keys, states, sampling_parameters, data
+            )
+            parameters, warmup_info, final_state, samples, stats = _to_host(
+                (parameters, warmup_info, final_state, samples, stats)
+            )
+        finally:
+            for bar in bars:
+                bar.close()
     # The recorded draws' counts cover every step (thinned steps included).
     num_grad_evals = np.asarray(warmup_info.num_grad_evals) + np.asarray(
         stats.pop("num_grad_evals")

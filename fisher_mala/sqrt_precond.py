@@ -65,6 +65,8 @@ import jax.numpy as jnp
 from jax import Array
 from jax.scipy.linalg import solve_triangular
 
+from fisher_mala.sharding import constrain_sqrt_precond
+
 __all__ = [
     "SqrtUpdate",
     "initial_sqrt_precond",
@@ -116,7 +118,7 @@ def initial_sqrt_precond(dim: int, damping, dtype) -> tuple[Array, Array]:
     so that the first Prop. 4 update gives Eq. (12).
     """
     damping = jnp.asarray(damping, dtype)
-    sqrt_precond = jnp.eye(dim, dtype=dtype) / jnp.sqrt(damping)
+    sqrt_precond = constrain_sqrt_precond(jnp.eye(dim, dtype=dtype) / jnp.sqrt(damping))
     return sqrt_precond, jnp.asarray(dim, dtype) / damping
 
 
@@ -189,6 +191,7 @@ def rank_one_update(
         new_trace = jnp.einsum("ij,ij->", new_sqrt, new_sqrt)
     else:
         new_trace = scale**2 * (trace_precond - shrink * jnp.dot(column, column))
+    new_sqrt = constrain_sqrt_precond(new_sqrt)  # rows over a mesh axis, if any
     return SqrtUpdate(new_sqrt, new_trace, unit, project, coef, scale)
 
 
@@ -378,7 +381,8 @@ def rank_block_update(
     else:  # tr(A') = a^2 (tr(A) - ||L^{-1} T^T||_F^2) = a^2 (tr(A) - tr((I + M)^{-1} T^T T))
         removed = jnp.sum((chol_inv.T @ chol_inv) * (columns.T @ columns))
         new_trace = scale**2 * (trace_precond - removed)
-    return BlockUpdate(new_sqrt.astype(dtype), new_trace.astype(dtype), phis, gain, scale)
+    new_sqrt = constrain_sqrt_precond(new_sqrt.astype(dtype))
+    return BlockUpdate(new_sqrt, new_trace.astype(dtype), phis, gain, scale)
 
 
 def block_whitened_product(update: BlockUpdate, whitened: Array) -> Array:

@@ -18,7 +18,9 @@ from fisher_mala.targets.logistic import (
     DATASETS,
     load_dataset,
     logistic_logdensity,
+    logistic_logdensity_with_data,
     logistic_regression,
+    synthetic_logistic_regression,
 )
 from fisher_mala.targets.posteriordb import POSTERIORS, posteriordb_target
 
@@ -36,6 +38,8 @@ __all__ = [
     "load_dataset",
     "logistic_logdensity",
     "logistic_regression",
+    "logistic_logdensity_with_data",
+    "synthetic_logistic_regression",
     "POSTERIORS",
     "posteriordb_target",
 ]

@@ -1,0 +1,55 @@
+"""Where the square root ``R`` lives when a mesh splits it over devices (issue: scale-out).
+
+A ``d x d`` square root in float32 takes ``4 d^2`` bytes: 40 GB at ``d = 10^5``, more than
+one device holds. :func:`fisher_mala.sample` with a mesh that has a ``"precond"`` axis
+splits ``R``'s **rows** over that axis: every function that makes a new ``R``
+(:func:`~fisher_mala.sqrt_precond.initial_sqrt_precond`, the rank-one and rank-C updates)
+passes it through :func:`constrain_sqrt_precond`, and XLA partitions the rest:
+
+* ``R w`` (a proposal, the update's ``R u``): each device multiplies its rows, no exchange;
+  the ``d``-vector is gathered where a whole one is needed;
+* ``g^T R`` (the whitened gradient): each device's rows give a partial ``d``-vector, summed
+  over the axis (an all-reduce of ``d`` numbers);
+* the update ``R - (R u) u^T``: local to each device's rows;
+* ``tr(R R^T)``: a local sum of squares, then a scalar all-reduce.
+
+The hint is a context (set while ``fm.sample`` traces its loops), so the kernels keep
+their signatures and cost nothing when no mesh is given.
+"""
+
+import contextlib
+import contextvars
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+__all__ = ["PRECOND_AXIS", "constrain_sqrt_precond", "sqrt_precond_sharding"]
+
+#: The mesh axis over which ``R``'s rows are split.
+PRECOND_AXIS = "precond"
+
+_SHARDING: contextvars.ContextVar = contextvars.ContextVar("sqrt_precond_sharding", default=None)
+
+
+def constrain_sqrt_precond(sqrt_precond):
+    """``sqrt_precond`` with its rows split over the mesh of :func:`sqrt_precond_sharding`."""
+    sharding = _SHARDING.get()
+    if sharding is None:
+        return sqrt_precond
+    return jax.lax.with_sharding_constraint(sqrt_precond, sharding)
+
+
+@contextlib.contextmanager
+def sqrt_precond_sharding(mesh):
+    """Within the block, every new ``R`` has its rows over ``mesh``'s ``"precond"`` axis.
+
+    Does nothing when ``mesh`` is ``None`` or has no ``"precond"`` axis.
+    """
+    if mesh is None or PRECOND_AXIS not in mesh.axis_names:
+        yield
+        return
+    token = _SHARDING.set(NamedSharding(mesh, PartitionSpec(PRECOND_AXIS, None)))
+    try:
+        yield
+    finally:
+        _SHARDING.reset(token)
