@@ -5,22 +5,28 @@
 A batch of NUTS trees waits for its longest tree, while a sequential loop cannot use the
 batched matrix products: which wins depends on the target. Two repetitions of each, same
 protocol as the race (4 chains, 5000 warm-up iterations, 5000 draws, min bulk ESS per
-second of warm-up plus sampling).
+second of warm-up plus sampling), on one XLA:CPU device and on two (``fm.sample`` splits
+the chains over them, each device on its own core; one process per device count).
 """
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-
-import fisher_mala as fm
-
 OUT = Path(__file__).resolve().parent / "results" / "chain_method.json"
-CELLS = (("inhomogeneous", False), ("german", False), ("kilpisjarvi", True))
+CELLS = (("inhomogeneous", False), ("gp", False), ("german", False), ("kilpisjarvi", True),
+         ("arK", True))
+DEVICES = (1, 2)
 
 
-def main() -> None:
+def rows_for_this_process() -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+
+    import fisher_mala as fm
+
     rows = []
     for name, x64 in CELLS:
         with jax.enable_x64(x64):
@@ -29,13 +35,30 @@ def main() -> None:
             x0 = target.initial_positions(jax.random.key(0), 4, dtype)
             for method in ("vectorized", "sequential") * 2:
                 r = fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
-                              num_warmup=5000, num_samples=5000, chain_method=method)
+                              num_warmup=5000, num_samples=5000, chain_method=method,
+                              diagnose=False)
                 ess = float(fm.ess(r.samples, method="bulk", per_chain=False).min())
                 seconds = r.warmup_seconds + r.sampling_seconds
-                rows.append({"target": name, "chain_method": method, "bulk_min": ess,
+                rows.append({"target": name, "chain_method": method,
+                             "devices": jax.device_count(), "bulk_min": ess,
                              "seconds": seconds, "bulk_min_per_second": ess / seconds})
                 print(rows[-1], flush=True)
-    OUT.write_text(json.dumps({"device": str(jax.devices()[0]), "rows": rows}, indent=1))
+    return rows
+
+
+def main() -> None:
+    if len(sys.argv) > 1:  # a child: one device count
+        Path(sys.argv[1]).write_text(json.dumps(rows_for_this_process()))
+        return
+    rows = []
+    for count in DEVICES:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}")
+        part = OUT.with_suffix(f".{count}.part")
+        subprocess.run([sys.executable, "-m", "benchmarks.chain_method", str(part)], env=env,
+                       check=True)
+        rows += json.loads(part.read_text())
+        part.unlink()
+    OUT.write_text(json.dumps({"device": "cpu", "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
-from fisher_mala.sampling import _auto_chain_method, _shard, map_over_chains
+from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "race"
@@ -78,7 +78,8 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
     # The same placement as fm.sample's Fisher NUTS: chains split over the devices, one
     # after the other on each device in small dimension.
     method = _auto_chain_method("hmc", positions)
-    (keys, positions), _, mesh = _shard((keys, positions), positions.shape[0])
+    mesh = _chain_mesh(positions.shape[0], None)
+    keys, positions = _shard((keys, positions), mesh)
 
     def chains(fn, *args):
         return map_over_chains(fn, *args, chain_method=method, mesh=mesh)
@@ -112,7 +113,8 @@ def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
 
     warmup = fm.mala_warmup(target.logdensity_fn)
     keys = jax.random.split(key, positions.shape[0])
-    (keys, positions), _, mesh = _shard((keys, positions), positions.shape[0])
+    mesh = _chain_mesh(positions.shape[0], None)
+    keys, positions = _shard((keys, positions), mesh)
 
     def chains(fn, *args):
         return map_over_chains(fn, *args, mesh=mesh)
@@ -434,15 +436,20 @@ def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
     if not path.exists():
         return ""
     rows = json.loads(path.read_text())["rows"]
-    lines = ["| target | vectorized | sequential |", "|---|---|---|"]
+    counts = sorted({r.get("devices", 1) for r in rows})
+    heads = [f"{m}, {c} device{'s' if c > 1 else ''}" for c in counts
+             for m in ("vectorized", "sequential")]
+    lines = ["| target | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for target in dict.fromkeys(r["target"] for r in rows):
         cells = [", ".join(f"{r['bulk_min_per_second']:.0f}" for r in rows
-                           if r["target"] == target and r["chain_method"] == m)
-                 for m in ("vectorized", "sequential")]
+                           if r["target"] == target and r["chain_method"] == m
+                           and r.get("devices", 1) == c)
+                 for c in counts for m in ("vectorized", "sequential")]
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
     return "\n".join(["Fisher NUTS, min bulk ESS per second of two runs, chains batched "
-                      "(`chain_method=\"vectorized\"`, the default) or one after the other "
-                      "(`\"sequential\"`):", "", *lines])
+                      "(`chain_method=\"vectorized\"`) or one after the other "
+                      "(`\"sequential\"`), on one XLA:CPU device or split over two "
+                      "(`python -m benchmarks.chain_method`):", "", *lines])
 
 
 def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:

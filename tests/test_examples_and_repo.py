@@ -192,6 +192,18 @@ def test_fisher_nuts_page_shows_the_committed_race(tmp_path):
     assert versus_blackjax.write_whitened_docs(page) == committed
 
 
+def test_large_problems_page_shows_the_committed_scaling_runs(tmp_path):
+    """docs/large_problems.md's tables are what benchmarks/scaling.py renders."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import scaling
+
+    committed = (ROOT / "docs" / "large_problems.md").read_text()
+    page = tmp_path / "large_problems.md"
+    page.write_text(committed)
+    assert scaling.write_docs(page) == committed
+    assert "| precond | " in committed and "| data | " in committed
+
+
 def test_reliability_page_shows_the_committed_checks(tmp_path):
     """docs/reliability.md's table of the checks is what benchmarks/run_checks.py renders."""
     sys.path.insert(0, str(ROOT))

@@ -1,0 +1,225 @@
+"""FisherMALA past one device: time per iteration against d and against the device count.
+
+    python -m benchmarks.scaling --dims 1000,2000,4000,8000,16000,32000   # one device
+    python -m benchmarks.scaling --devices 1,2,4,8                        # simulated devices
+    python -m benchmarks.scaling --write-docs     # the tables of docs/large_problems.md
+
+Each cell times ``--steps`` adaptive FisherMALA iterations (Algorithm 1's kernel, one
+chain, float32) in one jit-compiled ``lax.scan``, after compilation, best of three. Two
+problems:
+
+* ``precond``: a standard Gaussian in ``d`` dimensions (an ``O(d)`` log density, so the
+  ``d x d`` square root is the whole cost), with ``R``'s rows split over a ``"precond"``
+  mesh axis of the given devices (``fm.sample(..., mesh=...)``'s placement);
+* ``data``: the synthetic logistic regression (``fm.targets.synthetic_logistic_regression``,
+  ``--rows`` rows, 20 features), its rows split over a ``"data"`` axis.
+
+Per cell: microseconds per iteration, the bytes of ``R`` (or of the data) held by each
+device, the compiled program's memory per device (XLA's memory analysis: arguments, outputs
+and temporaries), and the bytes each device sends in collectives per iteration (the
+collectives of one compiled step, from its HLO). The device count of a JAX process is fixed
+when it starts, so ``--devices`` runs one process per count with
+``--xla_force_host_platform_device_count`` on a CPU (the simulated devices share the
+machine's cores: the figure of interest is memory and communication, not speed); on a
+machine with accelerators, counts up to the number of accelerators. Results are cached in
+``benchmarks/results/scaling/`` by device kind.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "scaling"
+DTYPE_BYTES = {"f32": 4, "f64": 8, "s32": 4, "u32": 4, "pred": 1, "bf16": 2, "f16": 2}
+COLLECTIVE = re.compile(
+    r"= (.+?) (all-reduce|all-gather|all-to-all|reduce-scatter|collective-permute)\("
+)
+
+
+def collective_bytes(hlo: str) -> int:
+    """Bytes of the results of every collective in ``hlo`` (one device's view)."""
+    total = 0
+    for line in hlo.splitlines():
+        match = COLLECTIVE.search(line)
+        if not match:
+            continue
+        for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", match.group(1)):
+            size = 1
+            for dim in filter(None, dims.split(",")):
+                size *= int(dim)
+            total += size * DTYPE_BYTES.get(dtype, 4)
+    return total
+
+
+def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+    import fisher_mala as fm
+    from fisher_mala import fisher
+    from fisher_mala.sampling import map_over_chains
+    from fisher_mala.sharding import sqrt_precond_sharding
+
+    axis = "precond" if problem == "precond" else "data"
+    mesh = jax.make_mesh((1, devices), ("chain", axis), axis_types=(AxisType.Auto,) * 2,
+                         devices=jax.devices()[:devices])
+    if problem == "precond":
+        data = None
+
+        def logdensity(x, data):
+            return -0.5 * jnp.sum(x**2)
+    else:
+        target = fm.targets.synthetic_logistic_regression(rows, dim, seed=0)
+        data = jax.device_put(target.extras["data"], NamedSharding(mesh, PartitionSpec(axis)))
+        logdensity = target.extras["logdensity_with_data"]
+    kernel = fisher.build_kernel()
+    x0 = jax.device_put(jnp.full((1, dim), 0.1, jnp.float32),
+                        NamedSharding(mesh, PartitionSpec("chain")))
+
+    def chain(x, data, num_steps):
+        fn = lambda y: logdensity(y, data)  # noqa: E731
+        state = fisher.init(x, fn, 1.0 / dim)
+
+        def body(state, i):
+            state, _ = kernel(jax.random.fold_in(jax.random.key(0), i), state, fn, 0.574, 0.015)
+            return state, None
+
+        state, _ = jax.lax.scan(body, state, jnp.arange(num_steps))
+        return state.position
+
+    def run(x, data, num_steps):
+        return map_over_chains(lambda c, d=None: chain(c, d, num_steps), x, mesh=mesh, shared=data)
+
+    with sqrt_precond_sharding(mesh):
+        start = time.perf_counter()
+        compiled = jax.jit(lambda x, d: run(x, d, steps)).lower(x0, data).compile()
+        compile_s = time.perf_counter() - start
+        one_step = jax.jit(lambda x, d: run(x, d, 1)).lower(x0, data).compile()
+    jax.block_until_ready(compiled(x0, data))
+    best = np.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(x0, data))
+        best = min(best, time.perf_counter() - start)
+    memory = compiled.memory_analysis()
+    held = 4 * dim * dim / devices if problem == "precond" else 4 * rows * (dim + 1) / devices
+    per_device = None
+    if memory is not None:
+        per_device = int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+                         + memory.temp_size_in_bytes)
+    return {
+        "problem": problem, "dim": dim, "devices": devices, "rows": rows if data else None,
+        "steps": steps, "us_per_iteration": 1e6 * best / steps, "compile_s": compile_s,
+        "held_bytes_per_device": held, "program_bytes_per_device": per_device,
+        "collective_bytes_per_iteration": collective_bytes(one_step.as_text()),
+        "device_kind": jax.devices()[0].device_kind, "platform": jax.default_backend(),
+        "jax": jax.__version__,
+    }
+
+
+def _path(record) -> Path:
+    kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
+    name = f"{record['problem']}_d{record['dim']}_n{record['devices']}.json"
+    return RESULTS / kind.replace(" ", "_") / name
+
+
+def _child(args) -> None:
+    """One process: every cell of one device count."""
+    for problem, dim in args.cells:
+        try:
+            record = cell(problem, dim, args.count, args.steps, args.rows)
+        except Exception as err:  # e.g. out of memory: the largest d is found by trying
+            print(f"{problem} d={dim} devices={args.count}: {type(err).__name__}: "
+                  f"{str(err)[:300]}", flush=True)
+            continue
+        path = _path(record)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1))
+        print(f"{problem:8s} d={dim:6d} devices={args.count}: "
+              f"{record['us_per_iteration']:10.1f} us/iteration, "
+              f"{record['collective_bytes_per_iteration']} bytes exchanged", flush=True)
+
+
+def _spawn(count: int, cells, steps: int, rows: int) -> None:
+    env = dict(os.environ)
+    import jax  # only to ask for the platform; the child sets its own device count
+
+    if jax.default_backend() == "cpu":
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "")
+                            + f" --xla_force_host_platform_device_count={count}").strip()
+    spec = ";".join(f"{p}:{d}" for p, d in cells)
+    subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--child", str(count),
+                    "--cells", spec, "--steps", str(steps), "--rows", str(rows)],
+                   env=env, check=True)
+
+
+def render(kind: str = "cpu") -> str:
+    records = [json.loads(p.read_text()) for p in sorted((RESULTS / kind).glob("*.json"))]
+    records.sort(key=lambda r: (r["problem"], r["devices"], r["dim"]))
+    lines = ["| problem | d | devices | us / iteration | held per device (MB) | "
+             "program per device (MB) | sent per iteration per device (bytes) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in records:
+        program = r["program_bytes_per_device"]
+        lines.append(
+            f"| {r['problem']} | {r['dim']} | {r['devices']} | {r['us_per_iteration']:.0f} | "
+            f"{r['held_bytes_per_device'] / 1e6:.1f} | "
+            f"{'n/a' if program is None else f'{program / 1e6:.1f}'} | "
+            f"{r['collective_bytes_per_iteration']} |")
+    return "\n".join(lines)
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "large_problems.md"
+
+
+def write_docs(page: Path = DOCS) -> str:
+    """Write the measured tables between the page's ``scaling`` markers; returns the page."""
+    text = page.read_text()
+    for kind in sorted(p.name for p in RESULTS.iterdir() if p.is_dir()):
+        start, end = f"<!-- scaling:{kind}:start -->", f"<!-- scaling:{kind}:end -->"
+        if start in text:
+            head, rest = text.split(start)
+            text = head + start + "\n" + render(kind) + "\n" + end + rest.split(end)[1]
+    page.write_text(text)
+    return text
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", default="", help="one device, precond problem, these d")
+    parser.add_argument("--devices", default="", help="device counts (precond and data)")
+    parser.add_argument("--dim", type=int, default=4000, help="d of the --devices cells")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--render", default=None, nargs="?", const="cpu",
+                        help="print the tables of one device kind (default cpu)")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--cells", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--write-docs", action="store_true", help="fill docs/large_problems.md")
+    args = parser.parse_args(argv)
+    if args.write_docs:
+        write_docs()
+        return
+    if args.render:
+        print(render(args.render))
+        return
+    if args.child is not None:
+        args.count = args.child
+        args.cells = [(p, int(d)) for p, d in (c.split(":") for c in args.cells.split(";"))]
+        _child(args)
+        return
+    if args.dims:
+        _spawn(1, [("precond", int(d)) for d in args.dims.split(",")], args.steps, args.rows)
+    for count in filter(None, args.devices.split(",")):
+        _spawn(int(count), [("precond", args.dim), ("data", 20)], args.steps, args.rows)
+
+
+if __name__ == "__main__":
+    main()
