@@ -14,6 +14,7 @@ from fisher_mala import (
     pooled,
     preconditioner,
     proposals,
+    sharding,
     sqrt_precond,
     step_size,
     targets,
@@ -107,6 +108,7 @@ __all__ = [
     "fisher_mala",
     "mala",
     "proposals",
+    "sharding",
     "sqrt_precond",
     "step_size",
 ]

@@ -7,7 +7,6 @@ splits ``R``'s **rows** over that axis: every function that makes a new ``R``
 passes it through :func:`constrain_sqrt_precond`, and XLA partitions the rest:
 
 * ``R w`` (a proposal, the update's ``R u``): each device multiplies its rows, no exchange;
-  the ``d``-vector is gathered where a whole one is needed;
 * ``g^T R`` (the whitened gradient): each device's rows give a partial ``d``-vector, summed
   over the axis (an all-reduce of ``d`` numbers);
 * the update ``R - (R u) u^T``: local to each device's rows;
@@ -23,7 +22,16 @@ import contextvars
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-__all__ = ["PRECOND_AXIS", "constrain_sqrt_precond", "sqrt_precond_sharding"]
+__all__ = [
+    "DATA_AXIS",
+    "PRECOND_AXIS",
+    "constrain_sqrt_precond",
+    "shard_rows",
+    "sqrt_precond_sharding",
+]
+
+#: The mesh axis over which a data set's rows are split (by convention; any axis works).
+DATA_AXIS = "data"
 
 #: The mesh axis over which ``R``'s rows are split.
 PRECOND_AXIS = "precond"
@@ -53,3 +61,31 @@ def sqrt_precond_sharding(mesh):
         yield
     finally:
         _SHARDING.reset(token)
+
+
+def shard_rows(data, mesh, axis: str = DATA_AXIS):
+    """Place every array of ``data`` with its rows (first axis) split over ``mesh[axis]``.
+
+    ``jax.device_put`` with a ``NamedSharding`` does the same in one process; this also
+    works under ``jax.distributed`` with several processes, each holding the whole data set
+    (each process places only its devices' rows). The number of rows must be a multiple of
+    the axis size.
+    """
+    import numpy as np
+
+    if axis not in mesh.axis_names:
+        raise ValueError(f"The mesh has no {axis!r} axis (its axes are {mesh.axis_names}).")
+    size = mesh.shape[axis]
+    sharding = NamedSharding(mesh, PartitionSpec(axis))
+
+    def put(leaf):
+        host = np.asarray(leaf)
+        if host.ndim == 0 or host.shape[0] % size:
+            raise ValueError(
+                f"An array of shape {host.shape} cannot be split into {size} equal row blocks."
+            )
+        if jax.process_count() == 1:
+            return jax.device_put(host, sharding)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, data)

@@ -37,11 +37,18 @@ def draws(result):
 
 
 def multi_process():
-    """8 chains over every process's devices (one chain per device)."""
+    """8 chains over every process's devices (one chain per device), then 4 chains with
+    the data rows over 4 devices (2 in each process)."""
     target = fm.targets.synthetic_logistic_regression(2000, 5, seed=1)
     x0 = target.initial_positions(jax.random.key(0), 8, np.float64)
     result = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0, **RUN)
-    return {"fisher_mala": draws(result), "devices": np.asarray(len(result.devices))}
+    devices = np.asarray(jax.devices()).reshape(2, 4).T  # each "data" row spans 2 processes
+    mesh = jax.sharding.Mesh(devices, ("chain", "data"))
+    data = fm.sharding.shard_rows(target.extras["data"], mesh)
+    sharded = fm.sample(jax.random.key(1), "fisher_mala", target.extras["logdensity_with_data"],
+                        x0[:4], data=data, mesh=mesh, **RUN)
+    return {"fisher_mala": draws(result), "devices": np.asarray(len(result.devices)),
+            "data_fisher_mala": draws(sharded)}
 
 
 def one_process():
@@ -52,7 +59,7 @@ def one_process():
     x0 = target.initial_positions(jax.random.key(0), 4, np.float64)
     with_data = target.extras["logdensity_with_data"]
     mesh = jax.make_mesh((2, 4), ("chain", "data"), axis_types=auto)
-    data = jax.device_put(target.extras["data"], NamedSharding(mesh, PartitionSpec("data")))
+    data = fm.sharding.shard_rows(target.extras["data"], mesh)
     for sampler in DATA_SAMPLERS:
         single = fm.sample(jax.random.key(1), sampler, target.logdensity_fn, x0, **RUN)
         sharded = fm.sample(

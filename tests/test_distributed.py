@@ -76,7 +76,12 @@ def test_two_processes_draw_what_one_process_draws(tmp_path):
         x0 = target.initial_positions(jax.random.key(0), 8, np.float64)
         single = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
                            num_warmup=300, num_samples=100, diagnose=False)
+        on_one = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0[:4],
+                           num_warmup=300, num_samples=100, diagnose=False)
     np.testing.assert_array_less(np.abs(out["fisher_mala"] - np.asarray(single.samples)), 1e-8)
+    # data rows over a "data" axis whose devices belong to both processes
+    np.testing.assert_array_less(np.abs(out["data_fisher_mala"] - np.asarray(on_one.samples)),
+                                 1e-8)
 
 
 def test_mesh_without_a_chain_axis_is_a_clear_error():
