@@ -571,11 +571,16 @@ def sample(
             grad_evals_per_step = int(options["num_integration_steps"])
 
         def kernels(logdensity):
-            """The warm-up and the sampling step for ``logdensity``."""
-            return (
-                spec.warmup(logdensity, **options),
-                spec.sampling_kernel(logdensity, **options),
-            )
+            """The warm-up and the sampling step for ``logdensity``.
+
+            Also called while the loops are traced (with the data bound): the options'
+            checks (e.g. a schedule probed at a few iterations) then still run eagerly.
+            """
+            with jax.ensure_compile_time_eval():
+                return (
+                    spec.warmup(logdensity, **options),
+                    spec.sampling_kernel(logdensity, **options),
+                )
 
         try:
             kernels(logdensity_fn)

@@ -12,8 +12,13 @@ import re
 import sys
 
 devices, process_id, num_processes, port, out = sys.argv[1:6]
-#: The samplers of the data-parallel runs (comma-separated).
+#: The samplers of the data-parallel runs (comma-separated); "fisher_mala" also runs the
+#: sharded-R checks, "fisher_mala_pooled" adds the pooled R to them.
 DATA_SAMPLERS = (sys.argv[6] if len(sys.argv) > 6 else "fisher_mala").split(",")
+PRECOND_RUNS = [("fisher_mala", {})]
+if "fisher_mala_pooled" in DATA_SAMPLERS:
+    DATA_SAMPLERS.remove("fisher_mala_pooled")
+    PRECOND_RUNS = [("fisher_mala_pooled", {"pooled": True})]
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
 
 import jax  # noqa: E402
@@ -81,12 +86,12 @@ def one_process():
     found = [m.groups() for line in hlo.splitlines() if (m := collective.search(line))]
     out["data_collectives"] = np.asarray([f"{op} {shape}" for shape, op in found])
 
-    if DATA_SAMPLERS != ["fisher_mala"]:
+    if "fisher_mala" not in DATA_SAMPLERS:
         return out
     gp = fm.targets.get("gp")
     x0 = gp.initial_positions(jax.random.key(0), 2, np.float64)
     mesh = jax.make_mesh((2, 4), ("chain", "precond"), axis_types=auto)
-    for sampler, options in (("fisher_mala", {}), ("fisher_mala_pooled", {"pooled": True})):
+    for sampler, options in PRECOND_RUNS:
         name = sampler.removesuffix("_pooled")
         single = fm.sample(jax.random.key(1), name, gp.logdensity_fn, x0, **RUN, **options)
         sharded = fm.sample(

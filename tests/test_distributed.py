@@ -61,10 +61,17 @@ def test_data_parallel_gradient_moves_sums_not_data(eight_devices):
     assert not any("4000" in op or "1000" in op for op in ops), ops
 
 
-@pytest.mark.parametrize("sampler", ["fisher_mala", "fisher_mala_pooled"])
-def test_sharded_preconditioner_draws_equal_one_device(eight_devices, sampler):
-    np.testing.assert_array_less(np.abs(eight_devices[f"precond_{sampler}"]), 1e-8)
-    assert "precond" in list(eight_devices[f"precond_{sampler}_spec"])
+def test_sharded_preconditioner_draws_equal_one_device(eight_devices):
+    np.testing.assert_array_less(np.abs(eight_devices["precond_fisher_mala"]), 1e-8)
+    assert "precond" in list(eight_devices["precond_fisher_mala_spec"])
+
+
+@pytest.mark.slow
+def test_sharded_pooled_preconditioner_draws_equal_one_device(tmp_path):
+    # chains on 2 slices share one R (XLA gathers their signals), R's rows over 4 devices
+    out = _run(tmp_path, 8, samplers="fisher_mala,fisher_mala_pooled")
+    np.testing.assert_array_less(np.abs(out["precond_fisher_mala_pooled"]), 1e-8)
+    assert "precond" in list(out["precond_fisher_mala_pooled_spec"])
 
 
 @pytest.mark.slow

@@ -107,7 +107,15 @@ CHECKS = {
 }
 
 
-@pytest.mark.parametrize("script", list(EXAMPLES))
+#: Examples whose kernels other tests already check (tests/test_numpyro_kernel.py runs the
+#: NumPyro kernels against NumPyro's NUTS): run with ``-m slow`` to keep CI under 15 minutes.
+SLOW_EXAMPLES = ("numpyro_model.py",)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_EXAMPLES else s for s in EXAMPLES],
+)
 def test_examples_run_in_quick_mode(script, tmp_path):
     args = [sys.executable, str(ROOT / "examples" / script), *EXAMPLES[script]]
     if script == "logistic_regression.py":

@@ -122,7 +122,8 @@ def test_gaussian_targets_know_their_moments():
 
 def test_registry_lists_every_target():
     assert set(fm.targets.names()) == {
-        "gaussian_2d", "gp", "inhomogeneous", "funnel", *EXPECTED, *fm.targets.POSTERIORS
+        "gaussian_2d", "gp", "inhomogeneous", "funnel", "synthetic_logistic", *EXPECTED,
+        *fm.targets.POSTERIORS,
     }
     with pytest.raises(ValueError, match="Unknown target"):
         fm.targets.get("mnist")
