@@ -755,7 +755,10 @@ def render(out: Path = DOCS) -> Path:
                   "`python -m benchmarks.versus_blackjax --targets all` (protocol in its "
                   "docstring: 4 chains, 5000 draws each; FisherMALA 5000 burn-in "
                   "iterations, NUTS 1000 window-adaptation steps). ESS per second counts "
-                  "warm-up and sampling, not compilation.\n",
+                  "warm-up and sampling, not compilation. The JAX cells run on two XLA:CPU "
+                  "devices, two chains on each core (the Fisher NUTS page gives the "
+                  "placement); cells whose protocol column has no device count are from "
+                  "the earlier race on one device.\n",
                   versus_blackjax.render(race), "\n", _race_analysis(race),
                   _reduced_protocol_bounds(race)]
     checks = RESULTS / "driver_checks.json"

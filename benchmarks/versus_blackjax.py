@@ -281,10 +281,16 @@ def _run_and_record(target_name, sampler, args, protocol, path):
           f"min ESS/s {bulk.min() / seconds:9.2f}  ({seconds:.1f} s)", flush=True)
 
 
+def _is_full(protocol) -> bool:
+    """The race's lengths (the placement, e.g. ``cpu_devices``, may differ)."""
+    return all(protocol.get(k) == v for k, v in FULL_PROTOCOL.items())
+
+
 def _protocol(record) -> str:
     p = record["protocol"]
     warm = p["nuts_warmup"] if record["sampler"].startswith("nuts") else p["fisher_warmup"]
-    return f"{p['chains']} x ({warm} + {p['samples']})"
+    devices = f", {p['cpu_devices']} CPU devices" if "cpu_devices" in p else ""
+    return f"{p['chains']} x ({warm} + {p['samples']}){devices}"
 
 
 def render(root=RESULTS, goal: bool = True) -> str:
@@ -312,7 +318,7 @@ def render(root=RESULTS, goal: bool = True) -> str:
             best_other = max(others, key=others.get)
             ratio = max(fisher) / others[best_other]
             shortened = ("" if best_other not in ("nuts_diag", "nuts_dense")
-                         or rows[best_other]["protocol"] == FULL_PROTOCOL
+                         or _is_full(rows[best_other]["protocol"])
                          else f" (shortened: {_protocol(rows[best_other])})")
             verdicts.append(f"| {target} | {max(fisher):.1f} | {best_other} "
                             f"{others[best_other]:.1f}{shortened} | {ratio:.2f} |")
