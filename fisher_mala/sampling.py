@@ -36,7 +36,7 @@ from fisher_mala.baseline_warmups import (
     PooledFisherMALAWarmup,
 )
 from fisher_mala.progress import ProgressBar, scan_with_progress
-from fisher_mala.sharding import sqrt_precond_sharding
+from fisher_mala.sharding import put_global, sqrt_precond_sharding
 from fisher_mala.whitened_warmup import FisherHMCWarmup
 
 __all__ = ["Sampler", "SamplingResult", "map_over_chains", "register_sampler", "samplers", "sample"]
@@ -350,27 +350,11 @@ def _chain_mesh(num_chains: int, mesh: Mesh | None) -> Mesh | None:
     return Mesh(np.asarray(devices), ("chain",))
 
 
-def _put(tree, sharding):
-    """``jax.device_put`` that also works with several processes (same values on each)."""
-    if jax.process_count() == 1:
-        return jax.device_put(tree, sharding)
-
-    def put(leaf):
-        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            impl = jax.random.key_impl(leaf)
-            data = put(jax.random.key_data(leaf))
-            return jax.random.wrap_key_data(data, impl=impl)
-        host = np.asarray(leaf)
-        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-
-    return jax.tree.map(put, tree)
-
-
 def _shard(tree, mesh: Mesh | None):
     """Place the chains (leading axis) over the mesh's ``"chain"`` axis."""
     if mesh is None:
         return tree
-    return _put(tree, NamedSharding(mesh, PartitionSpec("chain")))
+    return put_global(tree, NamedSharding(mesh, PartitionSpec("chain")))
 
 
 def _to_host(tree):
@@ -396,9 +380,14 @@ def _to_host(tree):
 SEQUENTIAL_MAX_DIM = 64
 
 
+def _dim(initial_positions) -> int:
+    """Coordinates per chain (leading axis of every leaf is the chain)."""
+    return sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
+
+
 def _auto_chain_method(name: str, initial_positions) -> str:
     """``"sequential"`` for NUTS / HMC on a CPU in small dimension, else ``"vectorized"``."""
-    dim = sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
+    dim = _dim(initial_positions)
     on_cpu = jax.default_backend() == "cpu"
     if on_cpu and name in checks.TRAJECTORY_SAMPLERS and dim <= SEQUENTIAL_MAX_DIM:
         return "sequential"
@@ -491,7 +480,7 @@ def sample(
         Show tqdm bars for the warm-up and sampling phases.
     chain_method
         How the chains run on each device (NumPyro's option of the same name): the chains
-        are split over the local devices (when their number divides the number of chains),
+        are split over the devices (when their number divides the number of chains),
         and each device runs its share with no communication. ``"vectorized"``: batched
         (``jax.vmap``). ``"sequential"``: one after the other in one compiled loop
         (``jax.lax.map``); faster for NUTS and HMC on a CPU in small dimension, where a
@@ -601,8 +590,7 @@ def sample(
     num_chains = _check_initial_positions(bound(data), initial_positions)
 
     if callable(grad_evals_per_step):
-        dim = sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
-        grad_evals_per_step = grad_evals_per_step(dim)
+        grad_evals_per_step = grad_evals_per_step(_dim(initial_positions))
     if chain_method == "auto":
         chain_method = _auto_chain_method(name, initial_positions)
     keys = jax.random.split(rng_key, num_chains)

@@ -26,6 +26,7 @@ __all__ = [
     "DATA_AXIS",
     "PRECOND_AXIS",
     "constrain_sqrt_precond",
+    "put_global",
     "shard_rows",
     "sqrt_precond_sharding",
 ]
@@ -76,16 +77,32 @@ def shard_rows(data, mesh, axis: str = DATA_AXIS):
     if axis not in mesh.axis_names:
         raise ValueError(f"The mesh has no {axis!r} axis (its axes are {mesh.axis_names}).")
     size = mesh.shape[axis]
-    sharding = NamedSharding(mesh, PartitionSpec(axis))
+    for leaf in jax.tree.leaves(data):
+        shape = np.shape(leaf)
+        if not shape or shape[0] % size:
+            raise ValueError(
+                f"An array of shape {shape} cannot be split into {size} equal row blocks."
+            )
+    return put_global(data, NamedSharding(mesh, PartitionSpec(axis)))
+
+
+def put_global(tree, sharding):
+    """``jax.device_put`` that also works with several processes (same values in each).
+
+    Under ``jax.distributed`` each process places only its own devices' blocks
+    (``jax.make_array_from_callback``); PRNG key arrays travel as their key data.
+    """
+    import jax.numpy as jnp
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
 
     def put(leaf):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(leaf)
+            return jax.random.wrap_key_data(put(jax.random.key_data(leaf)), impl=impl)
         host = np.asarray(leaf)
-        if host.ndim == 0 or host.shape[0] % size:
-            raise ValueError(
-                f"An array of shape {host.shape} cannot be split into {size} equal row blocks."
-            )
-        if jax.process_count() == 1:
-            return jax.device_put(host, sharding)
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
-    return jax.tree.map(put, data)
+    return jax.tree.map(put, tree)

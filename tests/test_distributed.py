@@ -112,3 +112,9 @@ def test_data_is_an_argument_of_the_log_density():
     with pytest.raises(ValueError, match="named sampler"):
         fm.sample(jax.random.key(0), fm.mala(lambda x: fn(x, data), 0.1), fn,
                   np.zeros((2, 3), np.float32), data=data)
+
+
+def test_shard_rows_names_a_missing_axis():
+    mesh = jax.make_mesh((1,), ("chain",))
+    with pytest.raises(ValueError, match="no 'data' axis"):
+        fm.sharding.shard_rows({"X": np.zeros((4, 2))}, mesh)
