@@ -1,6 +1,7 @@
 """Fisher NUTS with the chains batched (``vmap``) or one after the other (``lax.map``).
 
     python -m benchmarks.chain_method        # writes results/chain_method.json
+    python -m benchmarks.chain_method --targets arK --devices 2   # redo those rows only
 
 A batch of NUTS trees waits for its longest tree, while a sequential loop cannot use the
 batched matrix products: which wins depends on the target. Two repetitions of each, same
@@ -9,6 +10,7 @@ second of warm-up plus sampling), on one XLA:CPU device and on two (``fm.sample`
 the chains over them, each device on its own core; one process per device count).
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -16,12 +18,12 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results" / "chain_method.json"
-CELLS = (("inhomogeneous", False), ("gp", False), ("german", False), ("kilpisjarvi", True),
-         ("arK", True))
+CELLS = (("inhomogeneous", False), ("gp", False), ("caravan", False), ("german", False),
+         ("kilpisjarvi", True), ("arK", True))
 DEVICES = (1, 2)
 
 
-def rows_for_this_process() -> list[dict]:
+def rows_for_this_process(targets) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
@@ -29,6 +31,8 @@ def rows_for_this_process() -> list[dict]:
 
     rows = []
     for name, x64 in CELLS:
+        if name not in targets:
+            continue
         with jax.enable_x64(x64):
             target = fm.targets.get(name)
             dtype = jnp.float64 if x64 else jnp.float32
@@ -47,17 +51,27 @@ def rows_for_this_process() -> list[dict]:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:  # a child: one device count
-        Path(sys.argv[1]).write_text(json.dumps(rows_for_this_process()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default=",".join(name for name, _ in CELLS))
+    parser.add_argument("--devices", default=",".join(map(str, DEVICES)))
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a child's output
+    args = parser.parse_args()
+    targets = args.targets.split(",")
+    if args.part is not None:  # a child: one device count
+        args.part.write_text(json.dumps(rows_for_this_process(targets)))
         return
-    rows = []
-    for count in DEVICES:
+    counts = [int(c) for c in args.devices.split(",")]
+    old = json.loads(OUT.read_text())["rows"] if OUT.exists() else []
+    rows = [r for r in old if not (r["target"] in targets and r.get("devices", 1) in counts)]
+    for count in counts:
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}")
         part = OUT.with_suffix(f".{count}.part")
-        subprocess.run([sys.executable, "-m", "benchmarks.chain_method", str(part)], env=env,
-                       check=True)
+        subprocess.run([sys.executable, "-m", "benchmarks.chain_method", "--targets",
+                        args.targets, "--part", str(part)], env=env, check=True)
         rows += json.loads(part.read_text())
         part.unlink()
+    order = {name: i for i, (name, _) in enumerate(CELLS)}
+    rows.sort(key=lambda r: (r.get("devices", 1), order[r["target"]]))
     OUT.write_text(json.dumps({"device": "cpu", "rows": rows}, indent=1))
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import fisher_mala as fm
 from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
+from fisher_mala.whitened_warmup import DAMPING
 
 RESULTS = Path(__file__).resolve().parent / "results" / "race"
 #: The race's protocol (the command-line defaults); a cell run with less is "shortened".
@@ -77,8 +78,8 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
     keys = jax.random.split(key, positions.shape[0])
     # The same placement as fm.sample's Fisher NUTS: chains split over the devices, one
     # after the other on each device in small dimension.
-    method = _auto_chain_method("hmc", positions)
     mesh = _chain_mesh(positions.shape[0], None)
+    method = _auto_chain_method("hmc", positions, mesh)
     keys, positions = _shard((keys, positions), mesh)
 
     def chains(fn, *args):
@@ -220,6 +221,9 @@ def run_cell(target_name, sampler, args, root=RESULTS):
                 "fisher_warmup": args.fisher_warmup, "nuts_warmup": args.nuts_warmup}
     if getattr(args, "score_prior_weight", None) is not None:
         protocol["score_prior_weight"] = args.score_prior_weight
+    if sampler in WHITENED:
+        damping = getattr(args, "damping", None)
+        protocol["damping"] = DAMPING if damping is None else damping
     if sampler not in NUTPIE and jax.default_backend() == "cpu":
         protocol["cpu_devices"] = jax.device_count()
     if path.exists() and json.loads(path.read_text())["protocol"] == protocol:
@@ -240,7 +244,7 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
     elif sampler in WHITENED:
         name, pooled = sampler.removesuffix("_pooled"), sampler.endswith("pooled")
-        extra = {}
+        extra = {"damping": protocol["damping"]}
         if "score_prior_weight" in protocol and not pooled:
             extra["score_prior_weight"] = protocol["score_prior_weight"]
         r = fm.sample(key_run, name, target.logdensity_fn, positions,
@@ -391,29 +395,65 @@ def _seconds(record) -> float:
 
 
 HANDOVER = RESULTS.parent / "fisher_nuts_handover"
+#: Fisher NUTS cells with another damping than the default (``--damping L --root
+#: DAMPING_ROOT/lambda_L``).
+DAMPING_ROOT = RESULTS.parent / "fisher_nuts_damping"
+
+
+def _damping(record) -> float:
+    """The Fisher phase's damping of a cell (cells run before it was recorded used 10)."""
+    return float(record["protocol"].get("damping", 10.0))
+
+
+def _whitened_cells(*paths):
+    """Per-chain and pooled Fisher NUTS cells, keyed by (target, sampler, damping)."""
+    cells = {}
+    for path in paths:
+        r = json.loads(path.read_text())
+        if r["sampler"] in WHITENED[:2]:
+            key = (r["target"], r["sampler"], _damping(r))
+            cells.setdefault(key, {})[r["protocol"]["fisher_warmup"]] = r
+    return cells
 
 
 def render_handover(root=HANDOVER, main_root=RESULTS) -> str:
     """Fisher NUTS against the warm-up length (the hand-over point), min bulk ESS/s."""
-    cells = {}
-    for path in [*root.glob("warmup_*/*/*.json"), *main_root.glob("*/fisher_nuts*.json")]:
-        r = json.loads(path.read_text())
-        if r["sampler"] in WHITENED[:2]:
-            key = (r["target"], r["sampler"])
-            cells.setdefault(key, {})[r["protocol"]["fisher_warmup"]] = r
+    cells = _whitened_cells(*root.glob("warmup_*/*/*.json"),
+                            *main_root.glob("*/fisher_nuts*.json"),
+                            *DAMPING_ROOT.glob("lambda_*/*/fisher_nuts*.json"))
     warmups = sorted({w for by_w in cells.values() for w in by_w})
-    targets = [t for t in (*TARGETS, *POSTERIORDB)
-               if any(k[0] == t and len(v) > 1 for k, v in cells.items())]
-    lines = ["| target | sampler | " + " | ".join(f"warm-up {w}" for w in warmups) + " |",
-             "|" + "---|" * (len(warmups) + 2)]
-    for target in targets:
-        for sampler in WHITENED[:2]:
-            by_w = cells.get((target, sampler), {})
-            row = [f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})"
-                   if w in by_w else "" for w in warmups]
-            lines.append(f"| {target} | {sampler} | " + " | ".join(row) + " |")
+    keys = sorted((k for k, v in cells.items() if len(v) > 1),
+                  key=lambda k: ((*TARGETS, *POSTERIORDB).index(k[0]), -k[2], k[1]))
+    lines = ["| target | sampler | damping | " + " | ".join(f"warm-up {w}" for w in warmups)
+             + " |", "|" + "---|" * (len(warmups) + 3)]
+    for target, sampler, damping in keys:
+        by_w = cells[(target, sampler, damping)]
+        row = [f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})"
+               if w in by_w else "" for w in warmups]
+        lines.append(f"| {target} | {sampler} | {damping:g} | " + " | ".join(row) + " |")
     return "\n".join(["Min bulk ESS per second (min bulk ESS) against the warm-up length "
-                      "(a tenth of it tunes the step):", "", *lines])
+                      "(a tenth of it tunes the step), by the Fisher phase's damping:", "",
+                      *lines])
+
+
+def render_damping(main_root=RESULTS) -> str:
+    """Fisher NUTS with the default damping against other dampings, min ESS per gradient."""
+    cells = _whitened_cells(*main_root.glob("*/fisher_nuts*.json"),
+                            *DAMPING_ROOT.glob("lambda_*/*/fisher_nuts*.json"))
+    dampings = sorted({k[2] for k in cells}, reverse=True)
+    heads = [f"{s}, damping {d:g}" for d in dampings for s in WHITENED[:2]]
+    lines = ["| target | " + " | ".join(heads) + " |", "|" + "---|" * (len(heads) + 1)]
+    for target in (*TARGETS, *POSTERIORDB):
+        row = []
+        for damping in dampings:
+            for sampler in WHITENED[:2]:
+                r = cells.get((target, sampler, damping), {}).get(FULL_PROTOCOL["fisher_warmup"])
+                row.append(f"{r['bulk_min_per_grad']:.3f} ({r['bulk_min']:.0f})" if r else "")
+        if sum(bool(c) for c in row) > 2:
+            lines.append(f"| {target} | " + " | ".join(row) + " |")
+    return "\n".join(["Min bulk ESS per gradient (min bulk ESS) by the Fisher phase's damping "
+                      "(ESS is deterministic given the seed, so the columns compare across "
+                      "sessions; seconds would not):", "", *lines])
 
 
 KEEP_LEARNING = RESULTS.parent / "fisher_nuts_keep_learning"
@@ -424,17 +464,27 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
     variants = sorted(root.glob("n0_*"), key=lambda p: float(p.name[3:]))
     head = ["frozen R", *[f"learning, n0 = {p.name[3:]}" for p in variants]]
     lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    frozen_roots = [main_root, *DAMPING_ROOT.glob("lambda_*")]
+    dampings = set()
     for target in (*TARGETS, *POSTERIORDB):
-        paths = [main_root / target / "fisher_nuts.json",
-                 *[p / target / "fisher_nuts.json" for p in variants]]
-        if not all(p.exists() for p in paths):
+        paths = [p / target / "fisher_nuts.json" for p in variants]
+        if not paths or not all(p.exists() for p in paths):
             continue
-        rows = [json.loads(p.read_text()) for p in paths]
+        learning = [json.loads(p.read_text()) for p in paths]
+        damping = _damping(learning[0])
+        frozen = [r for p in frozen_roots if (path := p / target / "fisher_nuts.json").exists()
+                  and _damping(r := json.loads(path.read_text())) == damping]
+        if not frozen:
+            continue
+        dampings.add(damping)
+        rows = [frozen[0], *learning]
         cells = [f"{r['bulk_min_per_second']:.0f} ({r['bulk_min_per_grad']:.3f})" for r in rows]
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
+    damping = ", ".join(f"{d:g}" for d in sorted(dampings))
     return "\n".join(["Min bulk ESS per second (per gradient), per-chain R, R frozen after the "
                       "Fisher phase or learning from the scores at NUTS's draws in the second "
-                      "half of the step-size phase:", "", *lines])
+                      f"half of the step-size phase (Fisher phase damping {damping}):", "",
+                      *lines])
 
 
 def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
@@ -474,7 +524,8 @@ def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
             p = r["protocol"]
             warmup = p["fisher_warmup"] if sampler.startswith("fisher") else p["nuts_warmup"]
             device = "CPU (2 cores)" if r.get("device_kind", "cpu") == "cpu" else r["device_kind"]
-            lines.append(f"| {sampler} | {device} | {warmup} + {p['samples']} | "
+            name = f"{sampler} (damping {_damping(r):g})" if sampler in WHITENED else sampler
+            lines.append(f"| {name} | {device} | {warmup} + {p['samples']} | "
                          f"{r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
                          f"{r['bulk_min_per_second']:.3g} |")
     return "\n".join(["MNIST (d = 785, N = 11339), float32, 4 chains, every cell run (GPU cells: "
@@ -491,8 +542,8 @@ def write_whitened_docs(page=DOCS_PAGE) -> str:
     text = page.read_text()
     head, rest = text.split(MARKERS[0])
     _, tail = rest.split(MARKERS[1])
-    body = "\n\n".join([render_whitened(), render_mnist(), render_handover(),
-                        render_keep_learning(), render_chain_method()])
+    body = "\n\n".join([render_whitened(), render_mnist(), render_damping(),
+                        render_handover(), render_keep_learning(), render_chain_method()])
     new = f"{head}{MARKERS[0]}\n{body}\n{MARKERS[1]}{tail}"
     page.write_text(new)
     return new
@@ -534,6 +585,8 @@ def main(argv=None):
         parser.add_argument(f"--{option.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--score-prior-weight", type=float, default=None,
                         help="Fisher NUTS keeps learning R from its draws' scores")
+    parser.add_argument("--damping", type=float, default=None,
+                        help=f"Fisher phase damping of Fisher NUTS / HMC (default {DAMPING})")
     parser.add_argument("--render", action="store_true")
     parser.add_argument("--render-whitened", action="store_true",
                         help="print the Fisher NUTS race tables")

@@ -375,9 +375,16 @@ def _to_host(tree):
 
 #: Largest dimension at which ``chain_method="auto"`` runs trajectory samplers (NUTS, HMC)
 #: one chain after the other on a CPU. Below it a batch of trees waits for its longest tree
-#: and the batched products are too small to pay; at d = 100 batching wins (measured in
-#: ``benchmarks/chain_method.py``, the Fisher NUTS page).
+#: and the batched products are too small to pay (``benchmarks/chain_method.py``, the
+#: Fisher NUTS page).
 SEQUENTIAL_MAX_DIM = 64
+#: With at most ``SMALL_BATCH`` chains per device, sequential up to this dimension: at
+#: d = 100 with two chains per device, batching gains 5-15% on targets with costly
+#: products (Caravan's 5822-row likelihood, the GP's triangular solve) and loses 2.5x on a
+#: cheap one (the diagonal Gaussian); with four chains per device batching gains 1.6-1.8x
+#: on the costly ones, so the larger bound needs the small batch.
+SEQUENTIAL_MAX_DIM_SMALL_BATCH = 128
+SMALL_BATCH = 2
 
 
 def _dim(initial_positions) -> int:
@@ -385,13 +392,19 @@ def _dim(initial_positions) -> int:
     return sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
 
 
-def _auto_chain_method(name: str, initial_positions) -> str:
-    """``"sequential"`` for NUTS / HMC on a CPU in small dimension, else ``"vectorized"``."""
+def _auto_chain_method(name: str, initial_positions, mesh: Mesh | None = None) -> str:
+    """``"sequential"`` for NUTS / HMC on a CPU in small dimension, else ``"vectorized"``.
+
+    ``mesh`` is the chain placement (:func:`_chain_mesh`): it gives the chains per device.
+    """
     dim = _dim(initial_positions)
     on_cpu = jax.default_backend() == "cpu"
-    if on_cpu and name in checks.TRAJECTORY_SAMPLERS and dim <= SEQUENTIAL_MAX_DIM:
-        return "sequential"
-    return "vectorized"
+    if not on_cpu or name not in checks.TRAJECTORY_SAMPLERS:
+        return "vectorized"
+    num_chains = int(jnp.shape(jax.tree.leaves(initial_positions)[0])[0])
+    per_device = num_chains // (mesh.shape["chain"] if mesh is not None else 1)
+    bound = SEQUENTIAL_MAX_DIM_SMALL_BATCH if per_device <= SMALL_BATCH else SEQUENTIAL_MAX_DIM
+    return "sequential" if dim <= bound else "vectorized"
 
 
 def map_over_chains(
@@ -485,7 +498,9 @@ def sample(
         (``jax.vmap``). ``"sequential"``: one after the other in one compiled loop
         (``jax.lax.map``); faster for NUTS and HMC on a CPU in small dimension, where a
         batch of trees waits for its longest one. ``"auto"`` (default): sequential for
-        NUTS and HMC on a CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates, else vectorized.
+        NUTS and HMC on a CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates (up to
+        ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` with at most ``SMALL_BATCH`` chains per
+        device), else vectorized.
         Pooled samplers share one ``R`` and are always batched.
     diagnose
         Run :func:`fm.diagnose` on the result and issue one
@@ -591,10 +606,10 @@ def sample(
 
     if callable(grad_evals_per_step):
         grad_evals_per_step = grad_evals_per_step(_dim(initial_positions))
-    if chain_method == "auto":
-        chain_method = _auto_chain_method(name, initial_positions)
     keys = jax.random.split(rng_key, num_chains)
     user_mesh, mesh = mesh, _chain_mesh(num_chains, mesh)
+    if chain_method == "auto":
+        chain_method = _auto_chain_method(name, initial_positions, mesh)
     devices = [str(d) for d in (mesh.devices.flat if mesh is not None else jax.devices()[:1])]
     keys, initial_positions = _shard((keys, initial_positions), mesh)
 

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import jax
 import jax.numpy as jnp
@@ -218,3 +219,21 @@ def test_sequential_chains_give_the_vectorized_draws(x64):
     np.testing.assert_allclose(runs[0].samples, runs[1].samples, rtol=1e-6, atol=1e-8)
     with pytest.raises(ValueError, match="chain_method"):
         fm.sample(jax.random.key(1), "mala", target.logdensity_fn, x0, chain_method="parallel")
+
+
+def test_auto_chain_method_follows_dimension_and_chains_per_device():
+    from fisher_mala import sampling
+
+    def method(name, dim, chains, devices=1):
+        mesh = None
+        if devices > 1:  # only its "chain" axis size is read
+            mesh = types.SimpleNamespace(shape={"chain": devices})
+        return sampling._auto_chain_method(name, jnp.zeros((chains, dim)), mesh)
+
+    small, mid = sampling.SEQUENTIAL_MAX_DIM, sampling.SEQUENTIAL_MAX_DIM_SMALL_BATCH
+    assert method("fisher_nuts", small, 4) == "sequential"
+    assert method("fisher_nuts", small + 1, 4) == "vectorized"  # four chains on one device
+    assert method("fisher_hmc", mid, 4, devices=2) == "sequential"  # two per device
+    assert method("fisher_nuts", mid, 2) == "sequential"
+    assert method("fisher_nuts", mid + 1, 4, devices=2) == "vectorized"
+    assert method("fisher_mala", 3, 4) == "vectorized"  # one gradient per step: batch

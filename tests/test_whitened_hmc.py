@@ -193,6 +193,28 @@ def test_fisher_adaptation_hands_blackjax_nuts_its_parameters(x64):
         fm.fisher_adaptation(blackjax.mala, logdensity)
 
 
+def test_fisher_phase_damping_lets_r_learn_a_wide_ridge(x64):
+    # A ridge of variance 900 and one of 0.01 (kilpisjarvi's shape, milder): after n Fisher
+    # iterations a variance v is learned as v / (1 + v lambda / n), so Algorithm 1's
+    # lambda = 10 leaves the wide direction about six times too narrow in whitened
+    # coordinates, and the Fisher NUTS default (whitened_warmup.DAMPING) does not.
+    rotation = np.array([[1.0, 1.0], [1.0, -1.0]]) / np.sqrt(2.0)
+    cov = jnp.asarray(rotation @ np.diag([900.0, 0.01]) @ rotation.T)
+    logdensity = gaussian_logdensity(jnp.zeros(2), cov)
+
+    def whitened_condition_number(**options):
+        warmup = fm.fisher_adaptation(blackjax.nuts, logdensity, **options)
+        (_, params), _ = warmup.run(jax.random.key(3), jnp.ones(2), 2000)
+        r = np.asarray(params.sqrt_precond)
+        whitened = np.linalg.solve(r, np.linalg.solve(r, np.asarray(cov)).T)
+        eig = np.linalg.eigvalsh((whitened + whitened.T) / 2)
+        return eig[-1] / eig[0]
+
+    assert importlib.import_module("fisher_mala.whitened_warmup").DAMPING == 0.1
+    assert whitened_condition_number() < 1.5
+    assert whitened_condition_number(damping=10.0) > 3.0
+
+
 def test_whiten_runs_any_blackjax_kernel_in_whitened_coordinates(x64):
     cov = jnp.asarray(random_covariance(3, seed=5))
     logdensity = gaussian_logdensity(jnp.ones(3), cov)
