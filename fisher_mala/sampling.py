@@ -379,9 +379,9 @@ def _to_host(tree):
 #: Fisher NUTS page).
 SEQUENTIAL_MAX_DIM = 64
 #: With at most ``SMALL_BATCH`` chains per device, sequential up to this dimension: at
-#: d = 100 with two chains per device, batching gains 5-15% on targets with costly
+#: d = 100 with two chains per device, batching gains 4-24% on targets with costly
 #: products (Caravan's 5822-row likelihood, the GP's triangular solve) and loses 2.5x on a
-#: cheap one (the diagonal Gaussian); with four chains per device batching gains 1.6-1.8x
+#: cheap one (the diagonal Gaussian); with four chains per device batching gains 1.4-2.5x
 #: on the costly ones, so the larger bound needs the small batch.
 SEQUENTIAL_MAX_DIM_SMALL_BATCH = 128
 SMALL_BATCH = 2

@@ -49,7 +49,7 @@ STEP_SIZE_FRACTION = 0.1
 #: Damping ``lambda`` of the Fisher phase (Algorithm 1 uses 10). The recursion estimates
 #: ``A^{-1} = (1/n) (lambda I + sum_i s_i s_i^T)``, so after ``n`` iterations a direction of
 #: posterior variance ``v`` is learned as ``v / (1 + v lambda / n)``: with ``lambda = 10``
-#: and ``n = 4500`` a variance of 880 (``kilpisjarvi``'s slope-intercept ridge) comes out
+#: and ``n = 4500`` a variance of 900 (``kilpisjarvi``'s slope-intercept ridge) comes out
 #: three times too narrow, and NUTS pays for it in every trajectory. MALA is invariant to
 #: the scale of ``A`` (Eq. (7)), NUTS is not, hence the smaller default here.
 DAMPING = 0.1
