@@ -108,8 +108,10 @@ CHECKS = {
 
 
 #: Examples whose kernels other tests already check (tests/test_numpyro_kernel.py runs the
-#: NumPyro kernels against NumPyro's NUTS): run with ``-m slow`` to keep CI under 15 minutes.
-SLOW_EXAMPLES = ("numpyro_model.py",)
+#: NumPyro kernels against NumPyro's NUTS; tests/test_fisher_kernel.py and
+#: tests/reliability/test_properties.py run learning-rate schedules through the kernel):
+#: run with ``-m slow`` to keep CI under 15 minutes.
+SLOW_EXAMPLES = ("numpyro_model.py", "custom_schedule.py")
 
 
 @pytest.mark.parametrize(
