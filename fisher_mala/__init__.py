@@ -35,7 +35,14 @@ from fisher_mala.fisher import FisherMALAInfo, FisherMALAState, fisher_mala
 from fisher_mala.mala import MALAInfo, MALAState, mala
 from fisher_mala.preconditioner import FisherPreconditionerState, fisher_preconditioner
 from fisher_mala.sampling import SamplingResult, register_sampler, sample, samplers
-from fisher_mala.whitened_hmc import FisherHMCInfo, FisherHMCState, fisher_hmc, fisher_nuts, whiten
+from fisher_mala.whitened_hmc import (
+    DiagonalSqrt,
+    FisherHMCInfo,
+    FisherHMCState,
+    fisher_hmc,
+    fisher_nuts,
+    whiten,
+)
 from fisher_mala.whitened_warmup import FisherParameters, fisher_adaptation
 
 __version__ = "0.1.0"
@@ -58,6 +65,7 @@ def __getattr__(name):
 
 __all__ = [
     "AdaptationAlgorithm",
+    "DiagonalSqrt",
     "FisherHMCInfo",
     "FisherHMCState",
     "FisherParameters",

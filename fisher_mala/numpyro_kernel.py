@@ -361,6 +361,9 @@ class FisherNUTSKernel(MCMCKernel):
         The sampling kernel's (as in ``fm.sample``).
     **warmup_options
         Options of :class:`~fisher_mala.whitened_warmup.FisherHMCWarmup` (not ``pooled``).
+        ``metric`` defaults to ``"dense"`` here: NumPyro runs ``init`` under ``jit``/``pmap``
+        with ``chain_method="parallel"`` or ``"vectorized"``, where ``metric="auto"``
+        cannot choose; pass ``metric="diagonal"`` for a posterior close to independent.
     """
 
     def __init__(
@@ -387,7 +390,7 @@ class FisherNUTSKernel(MCMCKernel):
         self._algorithm = algorithm
         self._max_num_doublings = int(max_num_doublings)
         self._num_integration_steps = num_integration_steps
-        self._warmup_options = warmup_options
+        self._warmup_options = {"metric": "dense", **warmup_options}
         self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
         self._postprocess_fn = None
         self._num_warmup = 0

@@ -653,6 +653,9 @@ def sample(
 
     batched_warmup = getattr(warmup, "batched", False)  # one state for all chains (pooled)
     per_chain_sampling = getattr(warmup, "per_chain_sampling", False)
+    # A staged warm-up (Fisher NUTS / HMC) runs a first compiled stage, a choice on the
+    # host from its output (the metric), then a second compiled stage for that choice.
+    staged = callable(getattr(warmup, "choose", None))
     if batched_warmup:
         if user_mesh is None and jax.process_count() == 1:
             # The pooled update needs every chain's signal at every iteration: one device
@@ -664,6 +667,21 @@ def sample(
             key = jax.random.fold_in(keys[0], 0)
             return kernels(bound(data))[0].run_batch(key, positions, num_warmup, warmup_bar)
 
+        def first_stage(keys, positions, data):
+            key = jax.random.fold_in(keys[0], 0)
+            return kernels(bound(data))[0].fisher_stage_batch(
+                key, positions, num_warmup, warmup_bar
+            )
+
+        def second_stage(choice):
+            def run(keys, first, data):
+                key = jax.random.fold_in(keys[0], 0)
+                return kernels(bound(data))[0].tuning_stage_batch(
+                    key, first, num_warmup, warmup_bar, choice
+                )
+
+            return run
+
     else:
 
         def run_warmup(keys, positions, data):
@@ -672,6 +690,38 @@ def sample(
                 return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
 
             return map_chains(one, keys, positions, data=data)
+
+        def first_stage(keys, positions, data):
+            def one(key, position, data=None):
+                return kernels(bound(data))[0].fisher_stage(
+                    jax.random.fold_in(key, 0), position, num_warmup, warmup_bar
+                )
+
+            return map_chains(one, keys, positions, data=data)
+
+        def second_stage(choice):
+            def run(keys, first, data):
+                def one(key, first, data=None):
+                    return kernels(bound(data))[0].tuning_stage(
+                        jax.random.fold_in(key, 0), first, num_warmup, warmup_bar, choice
+                    )
+
+                return map_chains(one, keys, first, data=data)
+
+            return run
+
+    def warm_up(keys, positions, data):
+        """``((states, parameters), info)``, compile seconds and run seconds."""
+        if not staged:
+            return _compile_and_run(run_warmup, keys, positions, data)
+        first, compile_first, seconds_first = _compile_and_run(first_stage, keys, positions, data)
+        start = time.perf_counter()
+        choice = warmup.choose(_to_host(first[0][0]))
+        seconds_choice = time.perf_counter() - start
+        out, compile_second, seconds_second = _compile_and_run(
+            second_stage(choice), keys, first, data
+        )
+        return out, compile_first + compile_second, seconds_first + seconds_choice + seconds_second
 
     if batched_warmup and not per_chain_sampling:
 
@@ -691,8 +741,8 @@ def sample(
 
     with sqrt_precond_sharding(mesh):  # R's rows over a "precond" axis, if any
         try:
-            ((states, parameters), warmup_info), compile_w, seconds_w = _compile_and_run(
-                run_warmup, keys, initial_positions, data
+            ((states, parameters), warmup_info), compile_w, seconds_w = warm_up(
+                keys, initial_positions, data
             )
             sampling_parameters = parameters
             if batched_warmup and per_chain_sampling:

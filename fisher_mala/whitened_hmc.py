@@ -11,6 +11,10 @@ by the affine map), so the sampler only ever needs
   **two products with R per leapfrog step**, no inverse, no Cholesky factorization;
 * ``x_{n+1} = x_n + R u*`` once per transition.
 
+``R`` may also be diagonal (:class:`DiagonalSqrt`, the standard deviations): then both
+products are elementwise, ``O(d)`` per leapfrog step, which is what a posterior close to
+independent needs (the Fisher warm-up chooses it from the learned ``R``).
+
 Each transition starts at ``u = 0`` (the current position), so nothing in the state
 depends on where an earlier transition anchored. ``R`` lives in the state together with
 the cached whitened gradient ``R^T grad log pi(x_n)`` it was computed with (a kernel must
@@ -24,10 +28,11 @@ proposal whose log density or gradient is not finite is rejected and reported
 """
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
@@ -44,6 +49,10 @@ from fisher_mala.pytree import ravel
 
 __all__ = [
     "ALGORITHMS",
+    "DiagonalSqrt",
+    "apply_sqrt",
+    "whiten_gradient",
+    "inverse_mass_matrix",
     "NUTS_TARGET_ACCEPTANCE",
     "TRAJECTORY_LENGTH",
     "FisherHMCState",
@@ -68,6 +77,73 @@ NUTS_TARGET_ACCEPTANCE = 0.8
 TRAJECTORY_LENGTH = jnp.pi / 2
 
 
+class DiagonalSqrt(NamedTuple):
+    """A diagonal square root ``R = diag(scale)``: ``A = R R^T = diag(scale**2)``.
+
+    Whitened coordinates are then ``x = x_n + scale * u``, and both products with ``R``
+    per leapfrog step are elementwise (``O(d)``). A plain 1-D array is refused as
+    ``sqrt_precond`` (it would be ambiguous); this type says "diagonal" explicitly.
+
+    Attributes
+    ----------
+    scale
+        ``(d,)`` standard deviations of the metric (the square roots of the diagonal
+        inverse mass matrix).
+    """
+
+    scale: Array
+
+
+def apply_sqrt(sqrt_precond, u: Array) -> Array:
+    """``R u`` for a dense ``R`` or a :class:`DiagonalSqrt`."""
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        return sqrt_precond.scale * u
+    return sqrt_precond @ u
+
+
+def whiten_gradient(grad: Array, sqrt_precond) -> Array:
+    """``R^T g`` (``g @ R``, the fast orientation) for a dense ``R`` or a :class:`DiagonalSqrt`."""
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        return grad * sqrt_precond.scale
+    return grad @ sqrt_precond
+
+
+def inverse_mass_matrix(sqrt_precond) -> Array:
+    """``A = R R^T`` in BlackJAX's form: ``(d, d)``, or the ``(d,)`` diagonal."""
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        return sqrt_precond.scale**2
+    return sqrt_precond @ sqrt_precond.T
+
+
+def _check_shape(sqrt_precond, dim: int | None) -> None:
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        shape = jnp.shape(sqrt_precond.scale)
+        if len(shape) != 1 or (dim is not None and shape[0] != dim):
+            raise ValueError(
+                f"`DiagonalSqrt.scale` must have shape ({dim if dim is not None else 'd'},), "
+                f"got {shape}."
+            )
+    else:
+        validation.check_sqrt_precond_shape(sqrt_precond, dim)
+
+
+def _check(sqrt_precond, dim: int) -> None:
+    """Shape, dtype and finiteness of a dense or diagonal ``R`` (before compilation)."""
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        _check_shape(sqrt_precond, dim)
+        scale = sqrt_precond.scale
+        if not jnp.issubdtype(jnp.result_type(scale), jnp.floating):
+            raise TypeError("`DiagonalSqrt.scale` must be real floating-point.")
+        if validation.is_concrete(scale) and not bool(np.all(np.isfinite(np.asarray(scale)))):
+            raise ValueError("`DiagonalSqrt.scale` contains NaN or inf.")
+    else:
+        validation.check_sqrt_precond(sqrt_precond, dim)
+
+
+def _as_dtype(sqrt_precond, dtype):
+    return jax.tree.map(lambda a: jnp.asarray(a, dtype), sqrt_precond)
+
+
 class FisherHMCState(NamedTuple):
     """State of Fisher NUTS / Fisher HMC.
 
@@ -80,13 +156,14 @@ class FisherHMCState(NamedTuple):
     whitened_grad
         ``R^T grad log pi(position)`` (flat), the gradient in whitened coordinates.
     sqrt_precond
-        ``R`` with ``A = R R^T`` the inverse mass matrix.
+        ``R`` with ``A = R R^T`` the inverse mass matrix: ``(d, d)`` or a
+        :class:`DiagonalSqrt`.
     """
 
     position: ArrayTree
     logdensity: Array
     whitened_grad: Array
-    sqrt_precond: Array
+    sqrt_precond: Any
 
 
 class FisherHMCInfo(NamedTuple):
@@ -145,11 +222,11 @@ def whiten(logdensity_fn: Callable, sqrt_precond: Array, anchor: ArrayTree) -> W
     then ``jax.vmap(w.to_position)(states.position)``.
     """
     flat, unravel = ravel_pytree(anchor)
-    validation.check_sqrt_precond(sqrt_precond, flat.shape[0])
-    r = jnp.asarray(sqrt_precond, flat.dtype)
+    _check(sqrt_precond, flat.shape[0])
+    r = _as_dtype(sqrt_precond, flat.dtype)
 
     def to_position(u):
-        return unravel(flat + r @ u)
+        return unravel(flat + apply_sqrt(r, u))
 
     def whitened_logdensity(u):
         return logdensity_fn(to_position(u))
@@ -162,10 +239,12 @@ def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond: Array) -> F
     validation.check_position(position)
     validation.check_logdensity(logdensity_fn, position)
     flat = ravel(position)
-    validation.check_sqrt_precond(sqrt_precond, flat.shape[0])
-    sqrt_precond = jnp.asarray(sqrt_precond, flat.dtype)
+    _check(sqrt_precond, flat.shape[0])
+    sqrt_precond = _as_dtype(sqrt_precond, flat.dtype)
     logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
-    return FisherHMCState(position, logdensity, ravel(grad) @ sqrt_precond, sqrt_precond)
+    return FisherHMCState(
+        position, logdensity, whiten_gradient(ravel(grad), sqrt_precond), sqrt_precond
+    )
 
 
 def build_kernel(
@@ -199,11 +278,11 @@ def build_kernel(
     ) -> tuple[FisherHMCState, FisherHMCInfo]:
         x, unravel = ravel_pytree(state.position)
         r = state.sqrt_precond
-        validation.check_sqrt_precond_shape(r, x.shape[0])
+        _check_shape(r, x.shape[0])
         step = jnp.asarray(step_size, x.dtype)
 
         def whitened_logdensity(u):
-            return logdensity_fn(unravel(x + r @ u))  # gradient: g @ R by autodiff
+            return logdensity_fn(unravel(x + apply_sqrt(r, u)))  # gradient g @ R by autodiff
 
         start = blackjax.mcmc.hmc.HMCState(jnp.zeros_like(x), state.logdensity, state.whitened_grad)
         identity = jnp.ones_like(x)  # the unit metric in whitened coordinates
@@ -216,7 +295,7 @@ def build_kernel(
             if steps is None:
                 steps = jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / step), 1).astype(jnp.int32)
             end, info = inner(rng_key, start, whitened_logdensity, step, identity, steps)
-        y = x + r @ end.position
+        y = x + apply_sqrt(r, end.position)
         finite = is_finite(end.logdensity, end.logdensity_grad, y)
         moved = jnp.any(end.position != 0) & finite
         new_state = accept(
@@ -258,7 +337,8 @@ def as_top_level_api(
         Leapfrog step in whitened coordinates (the same number as BlackJAX's step with
         ``inverse_mass_matrix = R R^T``).
     sqrt_precond
-        ``R``, ``(d, d)``: e.g. ``parameters.sqrt_precond`` of a Fisher warm-up.
+        ``R``, ``(d, d)``, or a :class:`DiagonalSqrt`: e.g. ``parameters.sqrt_precond`` of
+        a Fisher warm-up.
     algorithm
         ``"nuts"`` or ``"hmc"``.
     num_integration_steps
@@ -272,7 +352,9 @@ def as_top_level_api(
         ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
     """
     validation.check_positive("step_size", step_size, "It is the leapfrog step size.")
-    validation.check_sqrt_precond_shape(jnp.asarray(sqrt_precond), None)
+    if not isinstance(sqrt_precond, DiagonalSqrt):
+        sqrt_precond = jnp.asarray(sqrt_precond)
+    _check_shape(sqrt_precond, None)
     if num_integration_steps is not None and int(num_integration_steps) < 1:
         raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
     if int(max_num_doublings) < 1:

@@ -22,22 +22,33 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fisher_mala import validation
 from fisher_mala.adaptation import FisherMALAWarmup, WarmupInfo, WarmupParameters
 from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
 from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.pytree import ravel
 from fisher_mala.sqrt_precond import rank_one_update, whitened_product
 from fisher_mala.whitened_hmc import (
     NUTS_TARGET_ACCEPTANCE,
     TRAJECTORY_LENGTH,
+    DiagonalSqrt,
     FisherHMCState,
     build_kernel,
+    inverse_mass_matrix,
     require_blackjax,
+    whiten_gradient,
 )
 
 __all__ = [
+    "AUTO_MAX_DIM",
     "DAMPING",
+    "DIAGONAL_NOISE_FACTOR",
+    "METRICS",
+    "correlation_condition_number",
+    "diagonal_suffices",
+    "noise_condition_number",
     "FisherHMCWarmup",
     "FisherParameters",
     "fisher_adaptation",
@@ -53,6 +64,20 @@ STEP_SIZE_FRACTION = 0.1
 #: three times too narrow, and NUTS pays for it in every trajectory. MALA is invariant to
 #: the scale of ``A`` (Eq. (7)), NUTS is not, hence the smaller default here.
 DAMPING = 0.1
+#: ``metric`` of the warm-up: ``"auto"`` chooses after the Fisher phase (see
+#: :meth:`FisherHMCWarmup.choose`).
+METRICS = ("auto", "dense", "diagonal")
+#: ``metric="auto"`` picks a diagonal ``R`` when the learned correlation matrix's condition
+#: number is at most this factor times the one sampling noise alone would give
+#: (:func:`noise_condition_number`). The dense ``R`` carries the same noise, so below the
+#: bound the diagonal metric is as good; NUTS's cost grows like the square root of the
+#: whitened target's condition number, so at the bound it would cost at most
+#: ``sqrt(2) = 1.4`` times more leapfrog steps, each ``O(d)`` instead of ``O(d^2)``.
+DIAGONAL_NOISE_FACTOR = 2.0
+#: Above this dimension ``metric="auto"`` keeps the dense ``R`` without checking (the check
+#: is one ``O(d^3)`` eigendecomposition on the host, less than the ``O(d^2)`` Fisher phase
+#: costs below it).
+AUTO_MAX_DIM = 4096
 
 
 class FisherHMCWarmup:
@@ -74,6 +99,12 @@ class FisherHMCWarmup:
         Dual-averaging target (0.8).
     max_num_doublings, num_integration_steps, divergence_threshold
         As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
+    metric
+        ``"auto"`` (default): after the Fisher phase, a diagonal ``R`` (the learned ``A``'s
+        diagonal, ``O(d)`` per leapfrog step) when the learned correlations are within
+        sampling noise of none (:meth:`choose`), else the dense ``R``; all chains get the
+        same choice. ``"dense"`` or
+        ``"diagonal"`` force the choice.
     score_prior_weight
         ``None``: ``R`` is frozen after the Fisher phase. A number ``n0 > 0``: in the
         second half of the step-size phase ``R`` keeps learning from the scores at NUTS's
@@ -96,9 +127,13 @@ class FisherHMCWarmup:
         num_integration_steps: int | None = None,
         divergence_threshold: float = 1000.0,
         score_prior_weight: float | None = None,
+        metric: str = "auto",
         **fisher_options,
     ):
         require_blackjax()
+        validation.check_choice("metric", metric, METRICS)
+        if score_prior_weight is not None and metric == "diagonal":
+            raise ValueError("`score_prior_weight` learns a dense R; use metric='dense' or 'auto'.")
         if score_prior_weight is not None:
             validation.check_positive("score_prior_weight", score_prior_weight)
             if pooled:
@@ -126,6 +161,7 @@ class FisherHMCWarmup:
         self.num_integration_steps = num_integration_steps
         self.algorithm = algorithm
         self.score_prior_weight = score_prior_weight
+        self.metric = metric
         blackjax = require_blackjax()
         self.target_acceptance = float(hmc_target_acceptance_rate)
         self.dual_averaging = blackjax.adaptation.step_size.dual_averaging_adaptation(
@@ -244,7 +280,7 @@ class FisherHMCWarmup:
         dim = state.whitened_grad.shape[-1]
         k = jnp.sqrt(dim / mean_sq_grad)
         state = state._replace(
-            sqrt_precond=state.sqrt_precond * k[..., None, None],
+            sqrt_precond=_scale_sqrt(state.sqrt_precond, k),
             whitened_grad=state.whitened_grad * k[..., None],
         )
         return state, k
@@ -262,14 +298,55 @@ class FisherHMCWarmup:
         )
         return WarmupParameters(step, sqrt_precond), merged
 
-    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
-        """Warm up one chain; returns ``(state, parameters), info``."""
+    # Three stages: the Fisher phase (compiled), the choice of metric (on the host, from
+    # the learned R of every chain, so that all chains sample with the same structure),
+    # and the step-size phase (compiled for that structure). ``fm.sample`` calls them in
+    # turn; ``run`` chains them for one chain.
+
+    def fisher_stage(self, rng_key, position, num_steps: int, progress=None):
+        """The Fisher phase of one chain: ``((FisherMALAState, parameters), info)``."""
+        num_fisher, _ = self.split(num_steps)
+        key_fisher, _ = jax.random.split(rng_key)
+        return self.fisher.run(key_fisher, position, num_fisher, progress)
+
+    def fisher_stage_batch(self, rng_key, positions, num_steps: int, progress=None):
+        """The pooled Fisher phase of all chains (one ``R``)."""
+        num_fisher, _ = self.split(num_steps)
+        key_fisher, _ = jax.random.split(rng_key)
+        return self.fisher.run_batch(key_fisher, positions, num_fisher, progress)
+
+    def choose(self, fisher_state) -> str:
+        """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
+
+        With ``metric="auto"``: diagonal when, for every chain, the correlation matrix of
+        the learned ``A = R R^T`` is as close to the identity as sampling noise allows
+        (:func:`diagonal_suffices`): the posterior is then close to independent, and a
+        dense ``R`` would only add ``O(d^2)`` per leapfrog step. Otherwise dense. Runs on
+        the host (one ``O(d^3)`` eigendecomposition per chain, skipped above
+        :data:`AUTO_MAX_DIM`).
+        """
+        if self.metric != "auto":
+            return self.metric
+        if self.score_prior_weight is not None:
+            return "dense"  # the keep-learning update is the dense rank-one recursion
+        r, count = fisher_state.sqrt_precond, fisher_state.count
+        if not validation.is_concrete((r, count)):
+            raise ValueError(
+                "metric='auto' chooses between a dense and a diagonal R on the host after the "
+                "Fisher phase; under jit pass metric='dense' or metric='diagonal'."
+            )
+        num_signals = np.asarray(count, np.float64)
+        if self.pooled:  # one rank-C update per iteration
+            num_signals = num_signals * np.shape(fisher_state.whitened_grad)[0]
+        return "diagonal" if diagonal_suffices(r, num_signals) else "dense"
+
+    def tuning_stage(self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"):
+        """The step-size phase of one chain after its Fisher phase, with ``metric``."""
+        validation.check_choice("metric", metric, ("dense", "diagonal"))
         num_fisher, num_tune = self.split(num_steps)
-        key_fisher, key_tune = jax.random.split(rng_key)
-        (fstate, _), finfo = self.fisher.run(key_fisher, position, num_fisher, progress)
-        state = FisherHMCState(
-            fstate.position, fstate.logdensity, fstate.whitened_grad, fstate.sqrt_precond
-        )
+        _, key_tune = jax.random.split(rng_key)
+        (fstate, _), finfo = fisher_out
+        state = _hand_over(fstate, metric, ravel(fstate.logdensity_grad))
         initial = self._initial_leapfrog_step(fstate, fstate.whitened_grad.shape[-1])
         state, step, info, mean_sq = self._tune_step_size(
             key_tune, state, initial, num_tune, num_fisher, progress
@@ -279,18 +356,20 @@ class FisherHMCWarmup:
         params, merged = self._finish(finfo, info, step, state.sqrt_precond)
         return (state, params), merged
 
-    def run_batch(self, rng_key, positions, num_steps: int, progress=None):
-        """Warm up all chains (leading axis of ``positions``) with one pooled ``R``."""
+    def tuning_stage_batch(self, rng_key, fisher_out, num_steps: int, progress=None,
+                           metric="dense"):
+        """The step-size phase of every chain after the pooled Fisher phase."""
+        validation.check_choice("metric", metric, ("dense", "diagonal"))
         num_fisher, num_tune = self.split(num_steps)
-        key_fisher, key_tune = jax.random.split(rng_key)
-        (pstate, _), finfo = self.fisher.run_batch(key_fisher, positions, num_fisher, progress)
+        _, key_tune = jax.random.split(rng_key)
+        (pstate, _), finfo = fisher_out
         num_chains, dim = pstate.whitened_grad.shape
-        r = pstate.sqrt_precond
-        states = FisherHMCState(
-            pstate.position,
-            pstate.logdensity,
-            pstate.whitened_grad,
-            jnp.broadcast_to(r, (num_chains, *r.shape)),
+        grads = jax.vmap(ravel)(pstate.logdensity_grad)
+        shared = _hand_over(pstate, metric, grads)
+        states = shared._replace(
+            sqrt_precond=jax.tree.map(
+                lambda a: jnp.broadcast_to(a, (num_chains, *a.shape)), shared.sqrt_precond
+            )
         )
         initial = self._initial_leapfrog_step(pstate, dim)
 
@@ -302,8 +381,91 @@ class FisherHMCWarmup:
         pooled_mean_sq = jnp.broadcast_to(jnp.mean(mean_sq), mean_sq.shape)  # one R for all
         states, k = self._normalize(states, pooled_mean_sq)
         steps = steps / k
-        params, merged = self._finish(finfo, info, steps, r * k[0])
+        params, merged = self._finish(
+            finfo, info, steps, _scale_sqrt(shared.sqrt_precond, k[0])
+        )
         return (states, params), merged
+
+    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
+        """Warm up one chain; returns ``(state, parameters), info``.
+
+        With ``metric="auto"`` the choice of metric needs concrete values (call it outside
+        ``jit``, as BlackJAX's ``window_adaptation(...).run``).
+        """
+        out = self.fisher_stage(rng_key, position, num_steps, progress)
+        metric = self.choose(out[0][0])
+        return self.tuning_stage(rng_key, out, num_steps, progress, metric)
+
+    def run_batch(self, rng_key, positions, num_steps: int, progress=None):
+        """Warm up all chains (leading axis of ``positions``) with one pooled ``R``."""
+        out = self.fisher_stage_batch(rng_key, positions, num_steps, progress)
+        metric = self.choose(out[0][0])
+        return self.tuning_stage_batch(rng_key, out, num_steps, progress, metric)
+
+
+def noise_condition_number(dim: int, num_signals) -> np.ndarray:
+    """Condition number that sampling noise alone gives a learned correlation matrix.
+
+    The sample correlation matrix of ``n`` independent draws of ``N(0, I_d)`` has its
+    eigenvalues between the Marchenko-Pastur edges ``(1 -+ sqrt(d / n))^2``, so its
+    condition number is about ``((1 + q) / (1 - q))^2`` with ``q = sqrt(d / n)``. Infinite
+    for ``n < 4 d`` (``q > 1/2``), where the learned correlations say little.
+    """
+    q = np.sqrt(dim / np.maximum(np.asarray(num_signals, np.float64), 1.0))
+    with np.errstate(divide="ignore"):
+        return np.where(q <= 0.5, ((1 + q) / (1 - q)) ** 2, np.inf)
+
+
+def diagonal_suffices(sqrt_precond, num_signals) -> bool:
+    """Whether a diagonal metric loses nothing measurable against the learned dense ``R``.
+
+    True when every chain's learned correlation matrix has a condition number within
+    :data:`DIAGONAL_NOISE_FACTOR` of what ``num_signals`` signals give an independent
+    target (:func:`noise_condition_number`), and ``d <= AUTO_MAX_DIM``.
+    """
+    dim = np.shape(sqrt_precond)[-1]
+    if dim > AUTO_MAX_DIM:
+        return False
+    kappa = correlation_condition_number(sqrt_precond)
+    bound = DIAGONAL_NOISE_FACTOR * noise_condition_number(dim, num_signals)
+    return bool(np.all(kappa <= bound))
+
+
+def correlation_condition_number(sqrt_precond) -> np.ndarray:
+    """Condition number of the correlation matrix of ``A = R R^T`` (per leading index).
+
+    Computed on the host in float64. It is 1 for a diagonal ``A``; a diagonal metric
+    makes NUTS's whitened target have this condition number instead of about 1.
+    """
+    r = np.asarray(sqrt_precond, np.float64)
+    a = r @ np.swapaxes(r, -1, -2)
+    sd = np.sqrt(np.diagonal(a, axis1=-2, axis2=-1))
+    eigenvalues = np.linalg.eigvalsh(a / sd[..., :, None] / sd[..., None, :])
+    smallest, largest = eigenvalues[..., 0], eigenvalues[..., -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(smallest > 0, largest / smallest, np.inf)
+
+
+def _hand_over(fstate, metric: str, flat_grad) -> FisherHMCState:
+    """The NUTS / HMC state at the end of the Fisher phase, with a dense or diagonal ``R``.
+
+    The diagonal ``R`` keeps ``A``'s diagonal: ``scale_i = ||R_i||`` (row norms), so the
+    trace and hence FisherMALA's normalized step carry over unchanged.
+    """
+    r = fstate.sqrt_precond
+    if metric == "diagonal":
+        sqrt = DiagonalSqrt(jnp.sqrt(jnp.sum(r**2, axis=-1)))
+        return FisherHMCState(
+            fstate.position, fstate.logdensity, whiten_gradient(flat_grad, sqrt), sqrt
+        )
+    return FisherHMCState(fstate.position, fstate.logdensity, fstate.whitened_grad, r)
+
+
+def _scale_sqrt(sqrt_precond, k):
+    """``k R`` with ``k`` one number per leading index (per chain)."""
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        return DiagonalSqrt(sqrt_precond.scale * k[..., None])
+    return sqrt_precond * k[..., None, None]
 
 
 class FisherParameters(dict):
@@ -385,7 +547,7 @@ def fisher_adaptation(
                 steps = int(jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / params.step_size), 1))
             extra["num_integration_steps"] = steps
         parameters = FisherParameters(
-            r, step_size=params.step_size, inverse_mass_matrix=r @ r.T, **extra
+            r, step_size=params.step_size, inverse_mass_matrix=inverse_mass_matrix(r), **extra
         )
         bj_state = algorithm.init(state.position, logdensity_fn)
         return (bj_state, parameters), info

@@ -47,6 +47,103 @@ def test_whitened_kernel_is_blackjax_with_inverse_mass_matrix_r_rt(x64, algorith
     assert moves > 20
 
 
+@pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
+def test_diagonal_kernel_is_blackjax_with_a_diagonal_inverse_mass_matrix(x64, algorithm):
+    """A DiagonalSqrt(scale) is BlackJAX's 1-D inverse_mass_matrix = scale**2, draw for draw."""
+    d = 6
+    logdensity = gaussian_logdensity(jnp.zeros(d), jnp.asarray(random_covariance(d, seed=3)))
+    scale = jnp.linspace(0.4, 1.6, d)
+    diagonal = fm.DiagonalSqrt(scale)
+    if algorithm == "hmc":
+        ours = fm.fisher_hmc(logdensity, 0.3, diagonal, num_integration_steps=5)
+        theirs = blackjax.hmc(logdensity, 0.3, scale**2, num_integration_steps=5)
+    else:
+        ours = fm.fisher_nuts(logdensity, 0.3, diagonal)
+        theirs = blackjax.nuts(logdensity, 0.3, scale**2)
+    s_ours, s_theirs = ours.init(jnp.ones(d)), theirs.init(jnp.ones(d))
+    np.testing.assert_allclose(s_ours.whitened_grad, s_theirs.logdensity_grad * scale)
+    moves = 0
+    for key in jax.random.split(jax.random.key(2), 30):
+        s_ours, info = jax.jit(ours.step)(key, s_ours)
+        s_theirs, info_theirs = jax.jit(theirs.step)(key, s_theirs)
+        np.testing.assert_allclose(s_ours.position, s_theirs.position, rtol=1e-8, atol=1e-10)
+        assert int(info.num_integration_steps) == int(info_theirs.num_integration_steps)
+        moves += int(info.is_accepted)
+    assert moves > 20
+    with pytest.raises(ValueError, match=r"DiagonalSqrt.scale. must have shape \(6,\)"):
+        ours = fm.fisher_nuts(logdensity, 0.3, fm.DiagonalSqrt(jnp.ones(5))).init(jnp.ones(d))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        fm.fisher_nuts(logdensity, 0.3, fm.DiagonalSqrt(scale.at[0].set(jnp.nan))).init(
+            jnp.ones(d)
+        )
+
+
+def test_correlation_condition_number_against_dense_linear_algebra(x64):
+    warmup_module = importlib.import_module("fisher_mala.whitened_warmup")
+    covs = np.stack([random_covariance(5, seed=s) for s in (1, 2)])
+    r = np.linalg.cholesky(covs) * 3.0  # the scale of A does not matter
+    kappa = warmup_module.correlation_condition_number(r)
+    for c, k in zip(covs, kappa, strict=True):
+        corr = c / np.sqrt(np.outer(np.diag(c), np.diag(c)))
+        np.testing.assert_allclose(k, np.linalg.cond(corr), rtol=1e-10)
+    np.testing.assert_allclose(
+        warmup_module.correlation_condition_number(np.diag([0.1, 5.0, 30.0])), 1.0
+    )
+
+
+def test_noise_condition_number_is_that_of_independent_draws():
+    """The Marchenko-Pastur edges predict the sample correlation of independent draws."""
+    warmup_module = importlib.import_module("fisher_mala.whitened_warmup")
+    rng = np.random.default_rng(0)
+    for dim, n in ((50, 2000), (100, 4000), (10, 4000)):
+        x = rng.normal(size=(n, dim)) * np.geomspace(0.1, 10.0, dim)
+        observed = np.linalg.cond(np.corrcoef(x.T))
+        predicted = warmup_module.noise_condition_number(dim, n)
+        assert 0.8 < observed / predicted < 1.1, (dim, n, observed, predicted)
+    assert np.isinf(warmup_module.noise_condition_number(100, 399))
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_auto_metric_is_diagonal_exactly_when_the_posterior_is_independent(pooled):
+    """An independent Gaussian gets a DiagonalSqrt (and correct moments); a correlated one R."""
+    d = 30
+    sd = np.geomspace(0.1, 10.0, d)
+    independent = fm.targets.gaussian("diag30", np.zeros(d), np.diag(sd**2))
+    x0 = independent.initial_positions(jax.random.key(0), 4)
+    result = fm.sample(jax.random.key(1), "fisher_nuts", independent.logdensity_fn, x0,
+                       num_warmup=2500, num_samples=2000, pooled=pooled)
+    assert isinstance(result.parameters.sqrt_precond, fm.DiagonalSqrt)
+    learned = np.asarray(result.parameters.sqrt_precond.scale).reshape(-1, d)
+    assert np.all(np.abs(learned / sd - 1) < 0.3), learned / sd
+    z = _z_scores(result.samples, np.zeros(d), sd)
+    assert np.all(np.abs(z) < 4.5), z
+
+    c = random_covariance(d, seed=11, jitter=0.5)
+    correlated = fm.targets.gaussian("corr30", np.zeros(d), c)
+    warm = importlib.import_module("fisher_mala.whitened_warmup").FisherHMCWarmup(
+        correlated.logdensity_fn, pooled=pooled
+    )
+    x0 = correlated.initial_positions(jax.random.key(0), 4)
+    if pooled:
+        first = jax.jit(lambda k, x: warm.fisher_stage_batch(k, x, 2500))(jax.random.key(1), x0)
+    else:
+        first = jax.jit(jax.vmap(lambda k, x: warm.fisher_stage(k, x, 2500)))(
+            jax.random.split(jax.random.key(1), 4), x0
+        )
+    assert warm.choose(first[0][0]) == "dense"
+    assert fm.whitened_warmup.FisherHMCWarmup(
+        correlated.logdensity_fn, metric="diagonal").choose(first[0][0]) == "diagonal"
+
+
+def test_auto_metric_needs_concrete_values_under_jit():
+    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2))
+    with pytest.raises(ValueError, match="under jit pass metric="):
+        jax.jit(lambda x: warm.run(jax.random.key(0), x, 100)[0][0].position)(jnp.ones(3))
+    dense = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+    out = jax.jit(lambda x: dense.run(jax.random.key(0), x, 100)[0][0].position)(jnp.ones(3))
+    assert np.all(np.isfinite(np.asarray(out)))
+
+
 @pytest.mark.parametrize("algorithm", ["nuts", "hmc"])
 def test_frozen_whitened_kernels_leave_a_non_gaussian_target_invariant(algorithm):
     r = jnp.asarray([[0.8, 0.0], [0.3, 0.4]])
@@ -163,6 +260,8 @@ def test_divergences_are_reported_and_never_enter_the_state():
         ({"score_prior_weight": -1.0}, "score_prior_weight"),
         ({"score_prior_weight": 1.0, "pooled": True}, "score_prior_weight"),
         ({"bogus": 1}, "Invalid option"),
+        ({"metric": "full"}, "metric"),
+        ({"metric": "diagonal", "score_prior_weight": 1.0}, "score_prior_weight"),
     ],
 )
 def test_bad_options_fail_before_compilation(options, match, monkeypatch):
