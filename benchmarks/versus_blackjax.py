@@ -224,6 +224,7 @@ def run_cell(target_name, sampler, args, root=RESULTS):
     if sampler in WHITENED:
         damping = getattr(args, "damping", None)
         protocol["damping"] = DAMPING if damping is None else damping
+        protocol["metric"] = getattr(args, "metric", "auto")
     if sampler not in NUTPIE and jax.default_backend() == "cpu":
         protocol["cpu_devices"] = jax.device_count()
     if path.exists() and json.loads(path.read_text())["protocol"] == protocol:
@@ -236,6 +237,7 @@ def run_cell(target_name, sampler, args, root=RESULTS):
 def _run_and_record(target_name, sampler, args, protocol, path):
     target = fm.targets.get(target_name)
     positions, key_run = race_start(target, args.chains)
+    extra_record = {}
     if sampler.startswith("fisher_mala"):
         r = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
                       num_warmup=args.fisher_warmup, num_samples=args.samples,
@@ -244,7 +246,7 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
     elif sampler in WHITENED:
         name, pooled = sampler.removesuffix("_pooled"), sampler.endswith("pooled")
-        extra = {"damping": protocol["damping"]}
+        extra = {"damping": protocol["damping"], "metric": protocol["metric"]}
         if "score_prior_weight" in protocol and not pooled:
             extra["score_prior_weight"] = protocol["score_prior_weight"]
         r = fm.sample(key_run, name, target.logdensity_fn, positions,
@@ -252,6 +254,8 @@ def _run_and_record(target_name, sampler, args, protocol, path):
                       pooled=pooled, **extra)
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
+        chosen = isinstance(r.parameters.sqrt_precond, fm.DiagonalSqrt)
+        extra_record = {"metric_chosen": "diagonal" if chosen else "dense"}
     elif sampler in NUTPIE:
         draws, grads, compile_s, warm_s, sample_s = _run_nutpie(
             target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup,
@@ -278,6 +282,7 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         "matmul_precision": jax.config.jax_default_matmul_precision or "default",
         "dtype": str(positions.dtype),
         **_reference_check(target, draws),
+        **extra_record,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
@@ -358,20 +363,23 @@ def render_whitened(root=RESULTS) -> str:
              "|" + "---|" * (len(names) + 3)]
     per_grad = ["| target | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
     cost = list(per_grad)
-    wins, grad_wins = [], []
+    wins, grad_wins, below = [], [], []
     for target in (*TARGETS, *POSTERIORDB):
         rows = {s: json.loads(p.read_text()) for s in names
                 if (p := root / target / f"{s}.json").exists()}
         if not any(s in rows for s in WHITENED):
             continue
         dim = next(iter(rows.values()))["dim"]
-        cells = [f"{rows[s]['bulk_min_per_second']:.1f}" if s in rows else "" for s in names]
+        cells = [f"{rows[s]['bulk_min_per_second']:.1f}{_diagonal_mark(rows[s])}"
+                 if s in rows else "" for s in names]
         grads = [f"{rows[s]['bulk_min_per_grad']:.2e}" if s in rows else "" for s in names]
         fisher = max(rows[s]["bulk_min_per_second"] for s in WHITENED[:2] if s in rows)
         peers = [rows[s]["bulk_min_per_second"] for s in PEERS if s in rows]
         ratio = f"{fisher / max(peers):.2f}" if peers else ""
         if peers:
             wins.append(fisher >= max(peers))
+            if fisher < max(peers):
+                below.append(f"{target} ({fisher / max(peers):.2f})")
         if "nutpie_low_rank" in rows and target in DENSE_CORRELATED:
             best = max(rows[s]["bulk_min_per_grad"] for s in WHITENED[:2] if s in rows)
             grad_wins.append(best > rows["nutpie_low_rank"]["bulk_min_per_grad"])
@@ -380,14 +388,22 @@ def render_whitened(root=RESULTS) -> str:
         micro = [f"{1e6 * _seconds(rows[s]) / rows[s]['grad_evals']:.1f}" if s in rows else ""
                  for s in names]
         cost.append(f"| {target} | " + " | ".join(micro) + " |")
+    below_text = f" (below: {', '.join(below)})" if below else ""
     verdict = (f"Fisher NUTS (best of per-chain and pooled R) at least equal to the best "
-               f"peer in min ESS/s on {sum(wins)} of {len(wins)} targets; ahead of nutpie's "
+               f"peer in min ESS/s on {sum(wins)} of {len(wins)} targets{below_text}; "
+               "\\* marks a Fisher cell whose `metric=\"auto\"` chose the diagonal; ahead "
+               "of nutpie's "
                f"low-rank adaptation in min ESS per gradient on {sum(grad_wins)} of "
                f"{len(grad_wins)} dense-correlated targets raced against it.")
     return "\n".join(["Min bulk ESS per second (warm-up + sampling, compile apart):", "",
                       *lines, "", verdict, "", "Min bulk ESS per gradient evaluation:", "",
                       *per_grad, "", "Microseconds per gradient evaluation (warm-up + sampling "
                       "time over all gradients, sampler overhead included):", "", *cost])
+
+
+def _diagonal_mark(record) -> str:
+    """``*`` for a Fisher NUTS / HMC cell that sampled with a diagonal metric."""
+    return "\\*" if record.get("metric_chosen") == "diagonal" else ""
 
 
 def _seconds(record) -> float:
@@ -406,11 +422,12 @@ def _damping(record) -> float:
 
 
 def _whitened_cells(*paths):
-    """Per-chain and pooled Fisher NUTS cells, keyed by (target, sampler, damping)."""
+    """Per-chain and pooled Fisher NUTS cells with a dense R, keyed by (target, sampler,
+    damping); cells that sampled with a diagonal metric are left out of these comparisons."""
     cells = {}
     for path in paths:
         r = json.loads(path.read_text())
-        if r["sampler"] in WHITENED[:2]:
+        if r["sampler"] in WHITENED[:2] and r.get("metric_chosen") != "diagonal":
             key = (r["target"], r["sampler"], _damping(r))
             cells.setdefault(key, {})[r["protocol"]["fisher_warmup"]] = r
     return cells
@@ -457,6 +474,29 @@ def render_damping(main_root=RESULTS) -> str:
 
 
 KEEP_LEARNING = RESULTS.parent / "fisher_nuts_keep_learning"
+#: ``--repeats K``: the same cells run K times more (rep0, rep1, ...), interleaved, for the
+#: targets where one run's ratio is within the shared machine's noise.
+REPEATS = RESULTS.parent / "race_repeats"
+
+
+def render_repeats(root=REPEATS) -> str:
+    """Min bulk ESS/s of every repetition, per target and sampler, and the median ratio."""
+    runs = sorted(root.glob("rep*")) if root.exists() else []
+    if not runs:
+        return ""
+    cells = {}
+    for run in runs:
+        for path in sorted(run.glob("*/*.json")):
+            record = json.loads(path.read_text())
+            cells.setdefault((record["target"], record["sampler"]), []).append(
+                record["bulk_min_per_second"])
+    lines = ["| target | sampler | min ESS/s, each run | median |", "|---|---|---|---|"]
+    for (target, sampler), values in sorted(cells.items()):
+        lines.append(f"| {target} | {sampler} | {', '.join(f'{v:.0f}' for v in values)} | "
+                     f"{np.median(values):.0f} |")
+    return "\n".join([f"Repeated cells ({len(runs)} runs each, interleaved; "
+                      "`python -m benchmarks.versus_blackjax --repeats "
+                      f"{len(runs)} --targets T --samplers S`):", "", *lines])
 
 
 def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
@@ -542,7 +582,11 @@ def write_whitened_docs(page=DOCS_PAGE) -> str:
     text = page.read_text()
     head, rest = text.split(MARKERS[0])
     _, tail = rest.split(MARKERS[1])
-    body = "\n\n".join([render_whitened(), render_mnist(), render_damping(),
+    from benchmarks.metric_choice import render as render_metric_choice
+
+    body = "\n\n".join([render_whitened(), render_repeats(), render_mnist(),
+                         render_metric_choice(),
+                         render_damping(),
                         render_handover(), render_keep_learning(), render_chain_method()])
     new = f"{head}{MARKERS[0]}\n{body}\n{MARKERS[1]}{tail}"
     page.write_text(new)
@@ -587,6 +631,10 @@ def main(argv=None):
                         help="Fisher NUTS keeps learning R from its draws' scores")
     parser.add_argument("--damping", type=float, default=None,
                         help=f"Fisher phase damping of Fisher NUTS / HMC (default {DAMPING})")
+    parser.add_argument("--metric", default="auto", choices=("auto", "dense", "diagonal"),
+                        help="metric of Fisher NUTS / HMC (cells before it existed: dense)")
+    parser.add_argument("--repeats", type=int, default=0,
+                        help="run the cells this many times into results/race_repeats/repK")
     parser.add_argument("--render", action="store_true")
     parser.add_argument("--render-whitened", action="store_true",
                         help="print the Fisher NUTS race tables")
@@ -613,6 +661,13 @@ def main(argv=None):
     targets = TARGETS if args.targets == "all" else args.targets.split(",")
     samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
     samplers = (*SAMPLERS, *WHITENED, *NUTPIE) if args.samplers == "every" else samplers
+    if args.repeats:
+        for k in range(args.repeats):
+            for target in targets:
+                for sampler in samplers:
+                    run_cell(target, sampler, args, root=REPEATS / f"rep{k}")
+        print(render_repeats())
+        return
     for target in targets:
         for sampler in samplers:
             run_cell(target, sampler, args, root=args.root)

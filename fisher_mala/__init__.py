@@ -49,7 +49,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """``fm.FisherMALAKernel``, ``fm.sample_numpyro``: imported on first use (NumPyro)."""
+    """``fm.FisherMALAKernel``, ``fm.sample_numpyro``, ``fm.sample_pymc``: imported on first
+    use (NumPyro, PyMC)."""
     if name in (
         "FisherMALAKernel",
         "FisherMALAKernelState",
@@ -60,6 +61,10 @@ def __getattr__(name):
         from fisher_mala import numpyro_kernel
 
         return getattr(numpyro_kernel, name)
+    if name == "sample_pymc":
+        from fisher_mala import pymc_model
+
+        return pymc_model.sample_pymc
     raise AttributeError(f"module 'fisher_mala' has no attribute {name!r}")
 
 
@@ -105,6 +110,7 @@ __all__ = [
     "FisherNUTSKernel",
     "FisherNUTSKernelState",
     "sample_numpyro",
+    "sample_pymc",
     "checks",
     "to_arviz",
     "targets",

@@ -244,6 +244,8 @@ def to_arviz(result):
     ``sample_stats`` uses ArviZ's names: ``lp`` (log density), ``acceptance_rate``,
     ``step_size`` (the frozen ``sigma^2`` per chain, repeated over draws), ``diverging``
     (a non-finite proposal, or a divergent NUTS / HMC trajectory) and ``is_accepted``.
+    The model's coordinates and dimension names label the posterior when the result
+    carries them (:func:`fm.sample_pymc`).
     """
     import arviz as az
 
@@ -260,7 +262,9 @@ def to_arviz(result):
         "step_size": np.asarray(step),
     }
     return az.from_dict(
-        {"posterior": _posterior_dict(result.samples), "sample_stats": sample_stats}
+        {"posterior": _posterior_dict(result.samples), "sample_stats": sample_stats},
+        coords=getattr(result, "coords", None),
+        dims=getattr(result, "dims", None),
     )
 
 

@@ -272,6 +272,9 @@ class SamplingResult:
     rejects_whole_proposals
         Whether a rejection leaves a chain in place (Metropolis-Hastings kernels; not
         NUTS), for the ``rejection_streak`` check.
+    coords, dims
+        ArviZ's coordinates and each variable's dimension names, when the model declares
+        them (:func:`fm.sample_pymc`); :func:`fm.to_arviz` passes them on.
     """
 
     sampler: str
@@ -290,6 +293,8 @@ class SamplingResult:
     devices: list[str] = field(default_factory=list)
     target_acceptance: float | None = None
     rejects_whole_proposals: bool = False
+    coords: dict | None = None
+    dims: dict | None = None
 
     @property
     def num_chains(self) -> int:

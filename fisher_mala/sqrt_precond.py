@@ -188,7 +188,13 @@ def rank_one_update(
     outer = column[:, None] * unit[None, :]
     new_sqrt = scale * ((sqrt_precond - project * outer) + coef * outer)
     if exact_trace:
-        new_trace = jnp.einsum("ij,ij->", new_sqrt, new_sqrt)
+        # Summed from the stored R': without the barrier XLA:CPU recomputes the update
+        # inside the reduction (a second pass of arithmetic, not only of reads). GPUs fuse
+        # the update and the reduction into one pass, so the barrier is CPU-only.
+        new_sqrt = jax.lax.platform_dependent(
+            new_sqrt, cpu=jax.lax.optimization_barrier, default=lambda x: x
+        )
+        new_trace = jnp.sum(new_sqrt * new_sqrt)
     else:
         new_trace = scale**2 * (trace_precond - shrink * jnp.dot(column, column))
     new_sqrt = constrain_sqrt_precond(new_sqrt)  # rows over a mesh axis, if any

@@ -1,13 +1,17 @@
 """Warm-up of Fisher NUTS and Fisher HMC: learn ``R``, then tune the leapfrog step (layer 4).
 
-Two phases, within the user's ``num_warmup``:
+Two compiled phases and a choice between them, within the user's ``num_warmup``:
 
 1. **Fisher phase** (``num_warmup - num_step_size_steps`` iterations): Algorithm 1's
    warm-up (:class:`~fisher_mala.adaptation.FisherMALAWarmup`: step-size search, MALA
    phase, adaptive FisherMALA), or the pooled one (one ``R`` for all chains,
    :class:`~fisher_mala.baseline_warmups.PooledFisherMALAWarmup`) with ``pooled=True``.
    One gradient per iteration, ``O(d^2)`` per iteration.
-2. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up): ``R``
+2. **Metric** (on the host, between the two compiled phases): ``metric="auto"`` keeps the
+   dense ``R``, or only its diagonal (:class:`~fisher_mala.whitened_hmc.DiagonalSqrt`,
+   ``O(d)`` per leapfrog step) when the learned correlations are within sampling noise
+   of none (:meth:`FisherHMCWarmup.choose`). All chains get the same choice.
+3. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up): ``R``
    frozen, NUTS (or HMC) in whitened coordinates with the leapfrog step tuned by dual
    averaging (Hoffman and Gelman, 2014; BlackJAX's implementation) towards acceptance
    0.8. It starts from FisherMALA's normalized step: one leapfrog step of size
@@ -356,8 +360,9 @@ class FisherHMCWarmup:
         params, merged = self._finish(finfo, info, step, state.sqrt_precond)
         return (state, params), merged
 
-    def tuning_stage_batch(self, rng_key, fisher_out, num_steps: int, progress=None,
-                           metric="dense"):
+    def tuning_stage_batch(
+        self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"
+    ):
         """The step-size phase of every chain after the pooled Fisher phase."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
         num_fisher, num_tune = self.split(num_steps)
@@ -381,9 +386,7 @@ class FisherHMCWarmup:
         pooled_mean_sq = jnp.broadcast_to(jnp.mean(mean_sq), mean_sq.shape)  # one R for all
         states, k = self._normalize(states, pooled_mean_sq)
         steps = steps / k
-        params, merged = self._finish(
-            finfo, info, steps, _scale_sqrt(shared.sqrt_precond, k[0])
-        )
+        params, merged = self._finish(finfo, info, steps, _scale_sqrt(shared.sqrt_precond, k[0]))
         return (states, params), merged
 
     def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
