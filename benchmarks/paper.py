@@ -17,10 +17,7 @@ tables. Each file records the device, dtype, library versions and wall-clock tim
 
 import argparse
 import json
-import platform
 import time
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
 import jax
@@ -28,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fisher_mala as fm
+from benchmarks import cells
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -69,18 +67,7 @@ FROBENIUS = (
 
 
 def _environment(dtype) -> dict:
-    versions = {p: metadata.version(p) for p in ("jax", "jaxlib", "numpy")}
-    versions["fisher_mala"] = fm.__version__  # also when run from a source tree
-    return {
-        "device": str(jax.devices()[0]),
-        "device_kind": jax.devices()[0].device_kind,
-        "platform": platform.platform(),
-        "cpu_count": __import__("os").cpu_count(),
-        "dtype": np.dtype(dtype).name,
-        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
-        "versions": versions,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+    return cells.environment(dtype)
 
 
 def _cell_dir(target: str, config: str, root: Path = RESULTS) -> Path:
@@ -92,10 +79,11 @@ def _protocol(iterations: int, repeats: int) -> dict:
 
 
 def cell_is_done(target, config, protocol, root=RESULTS) -> bool:
+    """A (target, configuration) cell is one file per repetition, all with ``protocol``."""
     files = [
         _cell_dir(target, config, root) / f"rep{r:02d}.json" for r in range(protocol["repeats"])
     ]
-    return all(f.exists() and json.loads(f.read_text())["protocol"] == protocol for f in files)
+    return all(cells.is_done(f, protocol) for f in files)
 
 
 def run_cell(
@@ -171,7 +159,7 @@ def run_cell(
             record["precond_diag"] = np.diag(a).tolist()
             if r == 0 and a.shape[0] <= 100:
                 record["precond"] = a.tolist()
-        (out / f"rep{r:02d}.json").write_text(json.dumps(record))
+        cells.write(out / f"rep{r:02d}.json", record, indent=None)
     print(
         f"  computed {target_name:14s} {config:22s} {total:8.1f} s  "
         f"min ESS {ess.min(axis=1).mean():9.1f}"
@@ -184,7 +172,7 @@ def run_frobenius(
     """Warm-up only, recording ||A~_n - Sigma~||_F every ``every`` iterations."""
     path = root / "frobenius" / target_name / f"{config}.json"
     protocol = {"num_warmup": iterations, "repeats": repeats, "every": every}
-    if path.exists() and json.loads(path.read_text())["protocol"] == protocol:
+    if cells.is_done(path, protocol):
         print(f"  cached   frobenius {target_name} {config}")
         return
     sampler, options = CONFIGS[config]
@@ -220,8 +208,7 @@ def run_frobenius(
         "seconds": time.perf_counter() - start,
         "environment": _environment(dtype),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record))
+    cells.write(path, record, indent=None)
     print(f"  computed frobenius {target_name} {config} final {np.mean(dist[:, -1]):.3f}")
 
 

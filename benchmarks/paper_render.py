@@ -1,6 +1,7 @@
 """Render the cached reproduction results into ``docs/results.md`` and PNG figures."""
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,18 +38,19 @@ TARGET_LABELS = {
     "ripley": "Ripley (d = 3)",
     "gaussian_2d": "2-d Gaussian",
 }
-# Known reasons for a difference, shown with every flagged cell of that target/config.
-EXPLANATIONS = {
-    ("caravan", None): "our Caravan copy has 85 covariates (d = 86, paper 87)",
-    (None, "hmc"): "HMC's ESS depends strongly on the step-size adaptation and its "
-    "starting value, which the paper does not specify",
-    ("mnist56", "mmala"): "a reduced protocol (5000 + 5000 iterations, the most the "
-    "session's GPU time allowed): ESS grows with the number of draws, so these values "
-    "cannot be compared with the paper's 2 x 10^4-draw ones",
-    ("mnist56", "fisher_mala-centered"): "the median is 3.6 paper sds above the paper's; "
-    "max and min agree. Not investigated further: this is the variant that the paper "
-    "shows failing on MNIST, and it fails here too (min ESS 3.4 against 433)",
-}
+EXPLANATIONS_FILE = Path(__file__).resolve().parent / "templates" / "results_explanations.md"
+
+
+def _explanations(path: Path = EXPLANATIONS_FILE) -> dict:
+    """``{(target or None, config or None): reason}`` from the Markdown list in ``path``."""
+    reasons = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^- (\S+), (\S+): (.+)$", line)
+        if match:
+            target, config, reason = match.groups()
+            reasons[(None if target == "any" else target,
+                     None if config == "any" else config)] = reason
+    return reasons
 
 
 def load_cells(root: Path) -> dict:
@@ -76,7 +78,9 @@ def _protocol_note(records):
 
 def _explain(target, config):
     reasons = [
-        v for (t, c), v in EXPLANATIONS.items() if (t in (None, target)) and (c in (None, config))
+        v
+        for (t, c), v in _explanations().items()
+        if (t in (None, target)) and (c in (None, config))
     ]
     return "; ".join(reasons)
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fisher_mala as fm
+from benchmarks import cells
 
 RESULTS = Path(__file__).resolve().parent / "results" / "run_checks"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
@@ -107,8 +108,8 @@ def _truth(target, draws) -> dict:
 
 def run_cell(name):
     path = RESULTS / f"{name}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if cells.is_done(path):
+        return cells.load(path)
     target_name, sampler, options, num_warmup, num_samples, seeds, role = CELLS[name]
     options = dict(options)
     starts = options.pop("starts", "normal")
@@ -149,8 +150,7 @@ def run_cell(name):
     record = {"cell": name, "target": target_name, "sampler": sampler, "options": CELLS[name][2],
               "num_warmup": num_warmup, "num_samples": num_samples, "chains": CHAINS,
               "role": role, "runs": runs, "jax": jax.__version__}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
+    cells.write(path, record)
     return record
 
 
