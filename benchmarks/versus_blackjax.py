@@ -513,7 +513,8 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
         learning = [json.loads(p.read_text()) for p in paths]
         damping = _damping(learning[0])
         frozen = [r for p in frozen_roots if (path := p / target / "fisher_nuts.json").exists()
-                  and _damping(r := json.loads(path.read_text())) == damping]
+                  and _damping(r := json.loads(path.read_text())) == damping
+                  and r.get("metric_chosen") != "diagonal"]  # learning keeps a dense R
         if not frozen:
             continue
         dampings.add(damping)

@@ -422,6 +422,7 @@ def test_default_and_increment_signals_in_kernel_match_dense_algebra(x64, signal
                                rtol=1e-12)
 
 
+@pytest.mark.slow  # 27 s; schedules are also checked by test_properties and the kernel tests
 def test_the_issues_schedule_keeps_the_run_finite_and_warns_that_it_is_capped():
     """0.5 * optax.polynomial_schedule(1 -> 1/num^0.7) on the 100-d GP target printed
     ``nan`` (R overflowed float32 in the warm-up); now gamma_n is capped at max(1/n, 1/d),

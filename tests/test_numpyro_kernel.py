@@ -83,9 +83,9 @@ def test_eight_schools_named_constrained_sites_match_nuts():
 
     # fm.sample on the same model: named, constrained sites in fm.to_arviz
     result = fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, Y, num_chains=2,
-                               num_warmup=1500, num_samples=1500)
+                               num_warmup=1000, num_samples=1000)
     assert set(result.samples) == {"mu", "tau", "theta_raw", "theta"}
-    assert result.samples["theta"].shape == (2, 1500, 8) and np.all(result.samples["tau"] > 0)
+    assert result.samples["theta"].shape == (2, 1000, 8) and np.all(result.samples["tau"] > 0)
     _assert_same_posterior(_Grouped(result.samples), nuts, ["mu", "tau", "theta"])
     assert set(fm.to_arviz(result).posterior.data_vars) == {"mu", "tau", "theta_raw", "theta"}
     import arviz as az
@@ -103,6 +103,8 @@ def test_fisher_nuts_kernel_matches_nuts():
     _assert_same_posterior(fisher_nuts, nuts, ["mu", "tau", "theta"])
 
 
+@pytest.mark.slow  # 35 s; the kernel is checked on eight schools in CI, the logistic
+# regression through fm.sample_pymc
 def test_logistic_regression_matches_nuts():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 4)) * np.array([1.0, 3.0, 0.3, 1.0])

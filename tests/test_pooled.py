@@ -69,6 +69,7 @@ def test_frozen_pooled_kernel_leaves_the_target_invariant():
     np.testing.assert_array_equal(state.sqrt_precond, r)
 
 
+@pytest.mark.slow  # 40 s; measured by benchmarks/pooled.py (docs: performance, section 2)
 def test_pooled_sampling_learns_faster_than_one_chain():
     target = fm.targets.gp_gaussian()
     x0 = target.initial_positions(jax.random.key(1), 8)

@@ -184,6 +184,7 @@ def test_arviz_export_works_with_arviz_functions(fisher_result):
                                                     "diverging"}
 
 
+@pytest.mark.slow  # 42 s; tests/test_distributed.py checks sharded runs against one device
 def test_sharded_chains_match_a_single_device_run():
     code = textwrap.dedent(
         """

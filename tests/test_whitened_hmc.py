@@ -199,6 +199,7 @@ def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
     assert result.sample_stats["is_divergent"].shape == (4, 2000)
 
 
+@pytest.mark.slow  # 40 s; Fisher NUTS is checked against posteriordb reference draws in CI
 def test_fisher_nuts_on_a_logistic_regression_matches_a_long_reference_run():
     rng = np.random.default_rng(3)
     n, d = 200, 5
