@@ -580,7 +580,7 @@ def values(out: Path = DOCS) -> dict:
     pooled = _load("pooled.json")
     return {
         "step_cost_plot": _plot_step_cost(rows, out),
-        "step_cost_command": meta["command"], "step_cost_device": meta["device"],
+        "step_cost_command": meta["command"].strip(), "step_cost_device": meta["device"],
         "step_cost_jax": meta["jax"], "step_cost_table": _step_cost_table(rows),
         **_goals(rows), **_logistic_values(rows, meta), **_threads_values(),
         **_orientation_values(), "pooled_overhead": _pooled_overhead(rows),
