@@ -110,24 +110,14 @@ def _plot_pooled(data, out: Path) -> str:
     return "images/pooled.png"
 
 
-def _step_cost_table(rows) -> str:
-    """Times and the ratios a reader compares (all columns: ``step_cost.json``)."""
-    lines = ["| target | d | dtype | chains | MALA µs | frozen µs | adaptive µs | "
-             "frozen / roofline | adaptive / roofline | adaptive / MALA |",
-             "|" + "---|" * 10]
-
-    def cell(m, key, fmt):
-        return format(m[key], fmt) if key in m else "-"
-
-    for row in rows:
-        m = row["us"]
-        lines.append(
-            f"| {row['target']} | {row['dim']} | {row['dtype']} | {row['chains']} | "
-            f"{cell(m, 'mala', '.0f')} | {m['fisher_frozen']:.0f} | "
-            f"{m['fisher_adaptive']:.0f} | {cell(m, 'frozen_over_2_matvec_loop', '.2f')} | "
-            f"{cell(m, 'adaptive_over_roofline_loop', '.2f')} | "
-            f"{cell(m, 'adaptive_over_mala', '.2f')} |")
-    return "\n".join(lines)
+#: The step-cost columns a reader compares (all of them: ``step_cost.json``).
+PAGE_COLUMNS = (
+    ("MALA µs", "mala", ".0f"), ("frozen µs", "fisher_frozen", ".0f"),
+    ("adaptive µs", "fisher_adaptive", ".0f"),
+    ("frozen / roofline", "frozen_over_2_matvec_loop", ".2f"),
+    ("adaptive / roofline", "adaptive_over_roofline_loop", ".2f"),
+    ("adaptive / MALA", "adaptive_over_mala", ".2f"),
+)
 
 
 def _goals(rows) -> dict:
@@ -581,7 +571,7 @@ def values(out: Path = DOCS) -> dict:
     return {
         "step_cost_plot": _plot_step_cost(rows, out),
         "step_cost_command": meta["command"].strip(), "step_cost_device": meta["device"],
-        "step_cost_jax": meta["jax"], "step_cost_table": _step_cost_table(rows),
+        "step_cost_jax": meta["jax"], "step_cost_table": step_cost.render(rows, PAGE_COLUMNS),
         **_goals(rows), **_logistic_values(rows, meta), **_threads_values(),
         **_orientation_values(), "pooled_overhead": _pooled_overhead(rows),
         **_pooled_cost(rows), **_block_update_values(),

@@ -658,73 +658,51 @@ def sample(
 
     batched_warmup = getattr(warmup, "batched", False)  # one state for all chains (pooled)
     per_chain_sampling = getattr(warmup, "per_chain_sampling", False)
-    # A staged warm-up (Fisher NUTS / HMC) runs a first compiled stage, a choice on the
-    # host from its output (the metric), then a second compiled stage for that choice.
-    staged = callable(getattr(warmup, "choose", None))
-    if batched_warmup:
-        if user_mesh is None and jax.process_count() == 1:
-            # The pooled update needs every chain's signal at every iteration: one device
-            # runs it (across XLA:CPU devices the exchange costs more than it saves).
-            keys, initial_positions = jax.device_put((keys, initial_positions), jax.devices()[0])
-        # else XLA gathers the chains' signals from the devices of the "chain" axis
+    if batched_warmup and user_mesh is None and jax.process_count() == 1:
+        # The pooled update needs every chain's signal at every iteration: one device runs
+        # it (across XLA:CPU devices the exchange costs more than it saves); with a mesh,
+        # XLA gathers the chains' signals from the devices of the "chain" axis.
+        keys, initial_positions = jax.device_put((keys, initial_positions), jax.devices()[0])
 
-        def run_warmup(keys, positions, data):
-            key = jax.random.fold_in(keys[0], 0)
-            return kernels(bound(data))[0].run_batch(key, positions, num_warmup, warmup_bar)
+    def stage(method: str, *extra):
+        """The compiled runner of ``warmup.<method>(key, x, num_warmup, bar, *extra)``:
+        ``<method>_batch`` on all chains at once (pooled), else ``<method>`` per chain."""
+        if batched_warmup:
 
-        def first_stage(keys, positions, data):
-            key = jax.random.fold_in(keys[0], 0)
-            return kernels(bound(data))[0].fisher_stage_batch(
-                key, positions, num_warmup, warmup_bar
-            )
-
-        def second_stage(choice):
-            def run(keys, first, data):
-                key = jax.random.fold_in(keys[0], 0)
-                return kernels(bound(data))[0].tuning_stage_batch(
-                    key, first, num_warmup, warmup_bar, choice
-                )
-
-            return run
-
-    else:
-
-        def run_warmup(keys, positions, data):
-            def one(key, position, data=None):
+            def run(keys, xs, data):
                 warmup = kernels(bound(data))[0]
-                return warmup.run(jax.random.fold_in(key, 0), position, num_warmup, warmup_bar)
-
-            return map_chains(one, keys, positions, data=data)
-
-        def first_stage(keys, positions, data):
-            def one(key, position, data=None):
-                return kernels(bound(data))[0].fisher_stage(
-                    jax.random.fold_in(key, 0), position, num_warmup, warmup_bar
-                )
-
-            return map_chains(one, keys, positions, data=data)
-
-        def second_stage(choice):
-            def run(keys, first, data):
-                def one(key, first, data=None):
-                    return kernels(bound(data))[0].tuning_stage(
-                        jax.random.fold_in(key, 0), first, num_warmup, warmup_bar, choice
-                    )
-
-                return map_chains(one, keys, first, data=data)
+                key = jax.random.fold_in(keys[0], 0)
+                return getattr(warmup, f"{method}_batch")(key, xs, num_warmup, warmup_bar, *extra)
 
             return run
+
+        def run(keys, xs, data):
+            def one(key, x, data=None):
+                warmup = kernels(bound(data))[0]
+                key = jax.random.fold_in(key, 0)
+                return getattr(warmup, method)(key, x, num_warmup, warmup_bar, *extra)
+
+            return map_chains(one, keys, xs, data=data)
+
+        return run
 
     def warm_up(keys, positions, data):
-        """``((states, parameters), info)``, compile seconds and run seconds."""
-        if not staged:
-            return _compile_and_run(run_warmup, keys, positions, data)
-        first, compile_first, seconds_first = _compile_and_run(first_stage, keys, positions, data)
+        """``((states, parameters), info)``, compile seconds and run seconds.
+
+        A staged warm-up (Fisher NUTS / HMC with ``metric="auto"``) runs its Fisher phase,
+        a choice on the host from every chain's result (the metric), then its step-size
+        phase compiled for that choice.
+        """
+        if not getattr(warmup, "staged", False):
+            return _compile_and_run(stage("run"), keys, positions, data)
+        first, compile_first, seconds_first = _compile_and_run(
+            stage("fisher_stage"), keys, positions, data
+        )
         start = time.perf_counter()
         choice = warmup.choose(_to_host(first[0][0]))
         seconds_choice = time.perf_counter() - start
         out, compile_second, seconds_second = _compile_and_run(
-            second_stage(choice), keys, first, data
+            stage("tuning_stage", choice), keys, first, data
         )
         return out, compile_first + compile_second, seconds_first + seconds_choice + seconds_second
 

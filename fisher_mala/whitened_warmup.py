@@ -173,6 +173,11 @@ class FisherHMCWarmup:
         )
         self.kernel = build_kernel(algorithm, divergence_threshold=divergence_threshold)
 
+    @property
+    def staged(self) -> bool:
+        """Whether the metric is chosen between the compiled phases (``metric="auto"``)."""
+        return self.metric == "auto" and self.score_prior_weight is None
+
     def split(self, num_steps: int) -> tuple[int, int]:
         """``(Fisher iterations, step-size iterations)`` of a warm-up of ``num_steps``."""
         tune = self.num_step_size_steps
