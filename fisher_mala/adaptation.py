@@ -383,8 +383,42 @@ class FisherMALAWarmup(MALAWarmup):
             state.sqrt_precond, state.trace_precond, state.step_size, iteration, self.record_precond
         )
 
-    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
+    @property
+    def block(self) -> int:
+        """Iterations between re-anchorings of ``tr(R R^T)`` (and trace snapshots)."""
+        return self.trace_every or TRACE_REFRESH_EVERY
+
+    def _adapt(self, rng_key, fstate, num_steps, offset, progress):
+        key_fisher = jax.random.split(rng_key)[1]
+
+        def step_fn(fstate, iteration):
+            key = jax.random.fold_in(key_fisher, iteration)
+            return self.kernel(key, fstate, self.logdensity_fn, self.target, self.rho)
+
+        return adaptive_phase(
+            step_fn,
+            fstate,
+            num_steps,
+            offset,
+            block=self.block,
+            finish_block=fisher.refresh_trace,
+            snapshot=self._snapshot,
+            progress=progress,
+        )
+
+    def run(
+        self,
+        rng_key,
+        position,
+        num_steps: int,
+        progress: ProgressBar | None = None,
+        stop_after: int | None = None,
+    ):
         """Run ``num_steps`` burn-in iterations (MALA phase included) of one chain.
+
+        With ``stop_after``, only the first ``stop_after`` of them; :meth:`resume` runs
+        the rest, and the two give the same chain as one run when ``stop_after`` ends a
+        block (:attr:`block`) of the adaptive phase.
 
         Returns
         -------
@@ -392,27 +426,16 @@ class FisherMALAWarmup(MALAWarmup):
             A :class:`~fisher_mala.fisher.FisherMALAState` ready for the frozen kernel,
             :class:`WarmupParameters` and :class:`WarmupInfo`.
         """
-        key_mala, key_fisher = jax.random.split(rng_key)
+        key_mala, _ = jax.random.split(rng_key)
         num_mala = min(self.num_mala_steps, num_steps)
         _warn_if_window_below_dim(self.learning_rate, position, num_steps - num_mala)
+        stop = num_steps if stop_after is None else max(min(stop_after, num_steps), num_mala)
         (state, step), mala_info, found = self.mala_phase(key_mala, position, num_mala, progress)
         fstate = fisher.state_from(
             state.position, state.logdensity, state.logdensity_grad, step, self.damping
         )
-
-        def step_fn(fstate, iteration):
-            key = jax.random.fold_in(key_fisher, iteration)
-            return self.kernel(key, fstate, self.logdensity_fn, self.target, self.rho)
-
-        fstate, fisher_info, trace = adaptive_phase(
-            step_fn,
-            fstate,
-            num_steps - num_mala,
-            num_mala,
-            block=self.trace_every or TRACE_REFRESH_EVERY,
-            finish_block=fisher.refresh_trace,
-            snapshot=self._snapshot,
-            progress=progress,
+        fstate, fisher_info, trace = self._adapt(
+            rng_key, fstate, stop - num_mala, num_mala, progress
         )
         rates = _concat_infos(
             *[
@@ -423,11 +446,37 @@ class FisherMALAWarmup(MALAWarmup):
         info = WarmupInfo(
             *rates,
             initial_step_size=found.step_size,
-            num_grad_evals=found.num_grad_evals + 1 + num_steps,
+            num_grad_evals=found.num_grad_evals + 1 + stop,
             trace=trace if self.trace_every else None,
         )
         params = WarmupParameters(fstate.step_size, fstate.sqrt_precond)
         return (fstate, params), info
+
+    def resume(self, rng_key, out, num_steps: int, progress: ProgressBar | None = None):
+        """Continue a :meth:`run` stopped early (``stop_after``) up to ``num_steps``.
+
+        ``rng_key`` and ``num_steps`` are those given to :meth:`run`.
+        """
+        (fstate, _), info = out
+        done = info.acceptance_rate.shape[-1]
+        fstate, more, trace = self._adapt(rng_key, fstate, num_steps - done, done, progress)
+        info = _extend_info(info, (more.acceptance_rate, more.is_accepted,
+                                   more.proposal_is_finite), trace, num_steps - done)
+        return (fstate, WarmupParameters(fstate.step_size, fstate.sqrt_precond)), info
+
+
+def _extend_info(info: WarmupInfo, rates, trace, num_more: int) -> WarmupInfo:
+    """``info`` of a warm-up followed by ``num_more`` iterations of ``rates`` (last axis)."""
+    old = (info.acceptance_rate, info.is_accepted, info.proposal_is_finite)
+    merged = [jnp.concatenate([a, b], axis=-1) for a, b in zip(old, rates, strict=True)]
+    if info.trace is not None:
+        trace = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info.trace, trace)
+    return WarmupInfo(
+        *merged,
+        initial_step_size=info.initial_step_size,
+        num_grad_evals=info.num_grad_evals + num_more,
+        trace=trace if info.trace is not None else None,
+    )
 
 
 def _warn_if_window_below_dim(learning_rate, position, num_updates: int) -> None:

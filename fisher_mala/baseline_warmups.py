@@ -33,6 +33,7 @@ from fisher_mala.adaptation import (
     WarmupInfo,
     WarmupParameters,
     _concat_infos,
+    _extend_info,
     _initial_state_and_step,
     adaptive_phase,
     bracket_step_size,
@@ -339,11 +340,41 @@ class PooledFisherMALAWarmup(MALAWarmup):
             state.sqrt_precond, state.trace_precond, state.step_size, iteration, self.record_precond
         )
 
-    def run_batch(self, rng_key, positions, num_steps: int, progress=None):
-        """Burn in all chains (leading axis of ``positions``) together."""
+    @property
+    def block(self) -> int:
+        """Iterations between re-anchorings of ``tr(R R^T)`` (and trace snapshots)."""
+        return self.trace_every or TRACE_REFRESH_EVERY
+
+    def _adapt(self, rng_key, pstate, num_steps, offset, progress):
+        """Pooled adaptive iterations; per-iteration info with the chains first."""
+        key_pooled = jax.random.split(rng_key)[1]
+
+        def step_fn(state, iteration):
+            key = jax.random.fold_in(key_pooled, iteration)
+            return self.kernel(key, state, self.logdensity_fn, self.target, self.rho)
+
+        pstate, info, trace = adaptive_phase(
+            step_fn,
+            pstate,
+            num_steps,
+            offset,
+            block=self.block,
+            finish_block=pooled.refresh_trace,
+            snapshot=self._snapshot,
+            progress=progress,
+        )
+        return pstate, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), info), trace
+
+    def run_batch(self, rng_key, positions, num_steps: int, progress=None, stop_after=None):
+        """Burn in all chains (leading axis of ``positions``) together.
+
+        ``stop_after`` and :meth:`resume_batch` as in
+        :meth:`fisher_mala.adaptation.FisherMALAWarmup.run`.
+        """
         num_chains = jax.tree.leaves(positions)[0].shape[0]
-        key_mala, key_pooled = jax.random.split(rng_key)
+        key_mala, _ = jax.random.split(rng_key)
         num_mala = min(self.num_mala_steps, num_steps)
+        stop = num_steps if stop_after is None else max(min(stop_after, num_steps), num_mala)
 
         def mala_chain(key, position):
             (state, step), info, found = self.mala_phase(key, position, num_mala, progress)
@@ -359,22 +390,8 @@ class PooledFisherMALAWarmup(MALAWarmup):
             jnp.median(steps),
             self.damping,
         )
-
-        def step_fn(state, iteration):
-            key = jax.random.fold_in(key_pooled, iteration)
-            return self.kernel(key, state, self.logdensity_fn, self.target, self.rho)
-
-        pstate, info_pooled, trace = adaptive_phase(
-            step_fn,
-            pstate,
-            num_steps - num_mala,
-            num_mala,
-            block=self.trace_every or TRACE_REFRESH_EVERY,
-            finish_block=pooled.refresh_trace,
-            snapshot=self._snapshot,
-            progress=progress,
-        )
-        chain_first = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), info_pooled)
+        pstate, chain_first, trace = self._adapt(rng_key, pstate, stop - num_mala, num_mala,
+                                                 progress)
         rates = [
             jnp.concatenate([a, b], axis=1)
             for a, b in zip(_rates_tuple(info_mala), _rates_tuple(chain_first), strict=True)
@@ -382,13 +399,24 @@ class PooledFisherMALAWarmup(MALAWarmup):
         info = WarmupInfo(
             *rates,
             initial_step_size=found.step_size,
-            num_grad_evals=found.num_grad_evals + 1 + num_steps,
+            num_grad_evals=found.num_grad_evals + 1 + stop,
             trace=trace if self.trace_every else None,
         )
-        params = WarmupParameters(
+        return (pstate, self._parameters(pstate, num_chains)), info
+
+    def resume_batch(self, rng_key, out, num_steps: int, progress=None):
+        """Continue a :meth:`run_batch` stopped early up to ``num_steps``."""
+        (pstate, _), info = out
+        num_chains, done = info.acceptance_rate.shape
+        pstate, more, trace = self._adapt(rng_key, pstate, num_steps - done, done, progress)
+        info = _extend_info(info, _rates_tuple(more), trace, num_steps - done)
+        return (pstate, self._parameters(pstate, num_chains)), info
+
+    @staticmethod
+    def _parameters(pstate, num_chains):
+        return WarmupParameters(
             jnp.broadcast_to(pstate.step_size, (num_chains,)), pstate.sqrt_precond
         )
-        return (pstate, params), info
 
 
 def _rates_tuple(info):

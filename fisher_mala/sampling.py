@@ -689,22 +689,23 @@ def sample(
     def warm_up(keys, positions, data):
         """``((states, parameters), info)``, compile seconds and run seconds.
 
-        A staged warm-up (Fisher NUTS / HMC with ``metric="auto"``) runs its Fisher phase,
-        a choice on the host from every chain's result (the metric), then its step-size
-        phase compiled for that choice.
+        A staged warm-up (Fisher NUTS / HMC with ``metric="auto"``) compiles each of its
+        stages for all chains; its choices between them run on the host
+        (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.staged_run`).
         """
         if not getattr(warmup, "staged", False):
             return _compile_and_run(stage("run"), keys, positions, data)
-        first, compile_first, seconds_first = _compile_and_run(
-            stage("fisher_stage"), keys, positions, data
-        )
+        compile_seconds = []
+
+        def call(method, argument, *extra):
+            out, compile_s, _ = _compile_and_run(stage(method, *extra), keys, argument, data)
+            compile_seconds.append(compile_s)
+            return out
+
         start = time.perf_counter()
-        choice = warmup.choose(_to_host(first[0][0]))
-        seconds_choice = time.perf_counter() - start
-        out, compile_second, seconds_second = _compile_and_run(
-            stage("tuning_stage", choice), keys, first, data
-        )
-        return out, compile_first + compile_second, seconds_first + seconds_choice + seconds_second
+        out = warmup.staged_run(call, positions, num_warmup)
+        compiling = sum(compile_seconds)
+        return out, compiling, time.perf_counter() - start - compiling
 
     if batched_warmup and not per_chain_sampling:
 

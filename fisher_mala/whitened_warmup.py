@@ -50,6 +50,7 @@ __all__ = [
     "DAMPING",
     "DIAGONAL_NOISE_FACTOR",
     "METRICS",
+    "PROBE_SIGNALS_PER_DIM",
     "correlation_condition_number",
     "diagonal_suffices",
     "noise_condition_number",
@@ -82,6 +83,12 @@ DIAGONAL_NOISE_FACTOR = 2.0
 #: is one ``O(d^3)`` eigendecomposition on the host, less than the ``O(d^2)`` Fisher phase
 #: costs below it).
 AUTO_MAX_DIM = 4096
+#: With ``metric="auto"`` the metric is first looked at after this many signals per
+#: dimension (:meth:`FisherHMCWarmup.first_fisher_iterations`). With ``n = 16 d`` the noise
+#: bound is ``2 ((1 + 1/4) / (1 - 1/4))^2 = 5.6`` (:func:`noise_condition_number`); the
+#: scales of a diagonal ``A`` are learned to a relative error of about ``sqrt(2 / n)``,
+#: under 5% with the at least 1000 signals of one block of the adaptive phase.
+PROBE_SIGNALS_PER_DIM = 16
 
 
 class FisherHMCWarmup:
@@ -307,22 +314,73 @@ class FisherHMCWarmup:
         )
         return WarmupParameters(step, sqrt_precond), merged
 
-    # Three stages: the Fisher phase (compiled), the choice of metric (on the host, from
-    # the learned R of every chain, so that all chains sample with the same structure),
-    # and the step-size phase (compiled for that structure). ``fm.sample`` calls them in
-    # turn; ``run`` chains them for one chain.
+    # The stages: the Fisher phase (compiled; with metric="auto" in two parts, with a
+    # look at the metric in between), the choice of metric (on the host, from the learned
+    # R of every chain, so that all chains sample with the same structure), and the
+    # step-size phase (compiled for that structure). ``staged_run`` calls them in turn,
+    # for ``run`` (one chain) and for ``fm.sample`` (each stage compiled for all chains).
+
+    def first_fisher_iterations(self, num_fisher: int, dim: int, signals_per_iteration=1):
+        """Iterations of the first part of a Fisher phase of ``num_fisher`` iterations.
+
+        With ``metric="auto"`` the metric is first looked at once the adaptive phase has
+        absorbed :data:`PROBE_SIGNALS_PER_DIM` ``* d`` signals (rounded up to whole blocks
+        of the adaptive phase, so that a phase run in two parts is the same chain as one
+        run in one); a diagonal choice then ends the Fisher phase early. Otherwise, or
+        when that point is not before the end, the whole phase.
+        """
+        if not self.staged:
+            return num_fisher
+        num_mala = min(self.fisher.num_mala_steps, num_fisher)
+        block = self.fisher.block
+        needed = -(-PROBE_SIGNALS_PER_DIM * dim // signals_per_iteration)
+        return min(num_mala + block * -(-needed // block), num_fisher)
 
     def fisher_stage(self, rng_key, position, num_steps: int, progress=None):
-        """The Fisher phase of one chain: ``((FisherMALAState, parameters), info)``."""
+        """The (first part of the) Fisher phase of one chain: ``((state, parameters), info)``."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
-        return self.fisher.run(key_fisher, position, num_fisher, progress)
+        first = self.first_fisher_iterations(num_fisher, ravel(position).shape[-1])
+        return self.fisher.run(key_fisher, position, num_fisher, progress, stop_after=first)
 
     def fisher_stage_batch(self, rng_key, positions, num_steps: int, progress=None):
-        """The pooled Fisher phase of all chains (one ``R``)."""
+        """The pooled Fisher phase of all chains (one ``R``), or its first part."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
-        return self.fisher.run_batch(key_fisher, positions, num_fisher, progress)
+        num_chains, dim = jax.vmap(ravel)(positions).shape
+        first = self.first_fisher_iterations(num_fisher, dim, num_chains)
+        return self.fisher.run_batch(key_fisher, positions, num_fisher, progress, first)
+
+    def fisher_resume(self, rng_key, fisher_out, num_steps: int, progress=None):
+        """The rest of one chain's Fisher phase after :meth:`fisher_stage`."""
+        num_fisher, _ = self.split(num_steps)
+        key_fisher, _ = jax.random.split(rng_key)
+        return self.fisher.resume(key_fisher, fisher_out, num_fisher, progress)
+
+    def fisher_resume_batch(self, rng_key, fisher_out, num_steps: int, progress=None):
+        """The rest of the pooled Fisher phase after :meth:`fisher_stage_batch`."""
+        num_fisher, _ = self.split(num_steps)
+        key_fisher, _ = jax.random.split(rng_key)
+        return self.fisher.resume_batch(key_fisher, fisher_out, num_fisher, progress)
+
+    def fisher_complete(self, fisher_out, num_steps: int) -> bool:
+        """Whether ``fisher_out`` has run the whole Fisher phase of the warm-up."""
+        return fisher_out[1].acceptance_rate.shape[-1] >= self.split(num_steps)[0]
+
+    def staged_run(self, call, positions, num_steps: int):
+        """Run the stages in turn; ``call(method, argument, *extra)`` runs one stage.
+
+        The Fisher phase's first part, then the metric (:meth:`choose`). A diagonal
+        metric ends the Fisher phase there: it needs only the learned scales, which many
+        fewer signals than the dense ``R`` give. Otherwise the rest of the Fisher phase,
+        the metric again, and the step-size phase.
+        """
+        out = call("fisher_stage", positions)
+        metric = self.choose(out[0][0])
+        if metric != "diagonal" and not self.fisher_complete(out, num_steps):
+            out = call("fisher_resume", out)
+            metric = self.choose(out[0][0])
+        return call("tuning_stage", out, metric)
 
     def choose(self, fisher_state) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
@@ -352,9 +410,10 @@ class FisherHMCWarmup:
     def tuning_stage(self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"):
         """The step-size phase of one chain after its Fisher phase, with ``metric``."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
-        num_fisher, num_tune = self.split(num_steps)
+        _, num_tune = self.split(num_steps)
         _, key_tune = jax.random.split(rng_key)
         (fstate, _), finfo = fisher_out
+        num_fisher = finfo.acceptance_rate.shape[-1]
         state = _hand_over(fstate, metric, ravel(fstate.logdensity_grad))
         initial = self._initial_leapfrog_step(fstate, fstate.whitened_grad.shape[-1])
         state, step, info, mean_sq = self._tune_step_size(
@@ -370,9 +429,10 @@ class FisherHMCWarmup:
     ):
         """The step-size phase of every chain after the pooled Fisher phase."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
-        num_fisher, num_tune = self.split(num_steps)
+        _, num_tune = self.split(num_steps)
         _, key_tune = jax.random.split(rng_key)
         (pstate, _), finfo = fisher_out
+        num_fisher = finfo.acceptance_rate.shape[-1]
         num_chains, dim = pstate.whitened_grad.shape
         grads = jax.vmap(ravel)(pstate.logdensity_grad)
         shared = _hand_over(pstate, metric, grads)
@@ -400,15 +460,19 @@ class FisherHMCWarmup:
         With ``metric="auto"`` the choice of metric needs concrete values (call it outside
         ``jit``, as BlackJAX's ``window_adaptation(...).run``).
         """
-        out = self.fisher_stage(rng_key, position, num_steps, progress)
-        metric = self.choose(out[0][0])
-        return self.tuning_stage(rng_key, out, num_steps, progress, metric)
+
+        def call(method, argument, *extra):
+            return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
+
+        return self.staged_run(call, position, num_steps)
 
     def run_batch(self, rng_key, positions, num_steps: int, progress=None):
         """Warm up all chains (leading axis of ``positions``) with one pooled ``R``."""
-        out = self.fisher_stage_batch(rng_key, positions, num_steps, progress)
-        metric = self.choose(out[0][0])
-        return self.tuning_stage_batch(rng_key, out, num_steps, progress, metric)
+
+        def call(method, argument, *extra):
+            return getattr(self, f"{method}_batch")(rng_key, argument, num_steps, progress, *extra)
+
+        return self.staged_run(call, positions, num_steps)
 
 
 def noise_condition_number(dim: int, num_signals) -> np.ndarray:

@@ -6,13 +6,15 @@ import sys
 import textwrap
 import types
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import fisher_mala as fm
-from fisher_mala.adaptation import find_reasonable_step_size
+from fisher_mala.adaptation import FisherMALAWarmup, find_reasonable_step_size
+from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
 from fisher_mala.progress import ProgressBar
 
 MEAN = np.array([1.0, -1.0, 0.5, 2.0])
@@ -86,6 +88,26 @@ def test_warmup_trace_at_an_interval():
                                rtol=1e-5)
     assert int(state.count) == 1000 and info.acceptance_rate.shape == (1100,)
     assert float(params.step_size) == float(state.step_size)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_a_warmup_stopped_and_resumed_is_the_same_chain(pooled):
+    """``run(..., stop_after=k)`` then ``resume`` equals one ``run`` (k ends a block)."""
+    options = dict(num_mala_steps=100, trace_every=200, record_precond=True)
+    key = jax.random.key(0)
+    if pooled:
+        warmup = PooledFisherMALAWarmup(TARGET.logdensity_fn, **options)
+        x0 = jnp.zeros((3, 4))
+        run, resume = warmup.run_batch, warmup.resume_batch
+    else:
+        warmup = FisherMALAWarmup(TARGET.logdensity_fn, **options)
+        x0 = jnp.zeros(4)
+        run, resume = warmup.run, warmup.resume
+    whole = run(key, x0, 1100)
+    part = run(key, x0, 1100, stop_after=500)
+    assert part[1].acceptance_rate.shape[-1] == 500
+    assert part[1].trace.iteration.tolist() == [300, 500]
+    chex.assert_trees_all_equal(resume(key, part, 1100), whole)
 
 
 def test_step_size_search_brackets_the_target():

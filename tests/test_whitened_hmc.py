@@ -3,6 +3,7 @@ invariance, the warm-up, and correctness by MCSE z-scores."""
 
 import importlib
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,6 +114,12 @@ def test_auto_metric_is_diagonal_exactly_when_the_posterior_is_independent(poole
     result = fm.sample(jax.random.key(1), "fisher_nuts", independent.logdensity_fn, x0,
                        num_warmup=2000, num_samples=1000, pooled=pooled)
     assert isinstance(result.parameters.sqrt_precond, fm.DiagonalSqrt)
+    # the diagonal was chosen after the first part of the Fisher phase, which ended there
+    warm = fm.whitened_warmup.FisherHMCWarmup(independent.logdensity_fn, pooled=pooled)
+    num_fisher, num_tune = warm.split(2000)
+    first = warm.first_fisher_iterations(num_fisher, d, 4 if pooled else 1)
+    assert first < num_fisher
+    assert result.warmup_info.acceptance_rate.shape[-1] == first + num_tune
     learned = np.asarray(result.parameters.sqrt_precond.scale).reshape(-1, d)
     assert np.all(np.abs(learned / sd - 1) < 0.3), learned / sd
     z = _z_scores(result.samples, np.zeros(d), sd)
@@ -133,6 +140,27 @@ def test_auto_metric_is_diagonal_exactly_when_the_posterior_is_independent(poole
     assert warm.choose(first[0][0]) == "dense"
     assert fm.whitened_warmup.FisherHMCWarmup(
         correlated.logdensity_fn, metric="diagonal").choose(first[0][0]) == "diagonal"
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_auto_metric_on_a_correlated_posterior_is_the_dense_chain(pooled):
+    """The look at the metric part-way through the Fisher phase changes nothing when R stays
+    dense: the phase run in two parts is the same chain as in one (``metric="dense"``)."""
+    d = 20
+    target = fm.targets.gaussian("corr20", np.zeros(d), random_covariance(d, seed=11, jitter=0.5))
+    x0 = target.initial_positions(jax.random.key(0), 4)
+    warm = fm.whitened_warmup.FisherHMCWarmup(target.logdensity_fn, pooled=pooled)
+    num_fisher, _ = warm.split(2000)
+    assert warm.first_fisher_iterations(num_fisher, d, 4 if pooled else 1) < num_fisher
+    auto, dense = (
+        fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0, num_warmup=2000,
+                  num_samples=200, pooled=pooled, metric=metric, diagnose=False)
+        for metric in ("auto", "dense")
+    )
+    assert not isinstance(auto.parameters.sqrt_precond, fm.DiagonalSqrt)
+    chex.assert_trees_all_equal(auto.samples, dense.samples)
+    chex.assert_trees_all_equal(auto.warmup_info, dense.warmup_info)
+    np.testing.assert_array_equal(auto.num_grad_evals, dense.num_grad_evals)
 
 
 def test_auto_metric_needs_concrete_values_under_jit():
