@@ -19,22 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import step_cost, versus_blackjax
+from benchmarks.templating import fill
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 DOCS = HERE.parent / "docs"
 TEMPLATE = HERE / "templates" / "performance.md"
-PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-
-
-def fill(template: str, values: dict) -> str:
-    """Replace every ``{{name}}`` of ``template``; unknown or unused names are errors."""
-    names = set(PLACEHOLDER.findall(template))
-    missing, unused = names - set(values), set(values) - names
-    if missing or unused:
-        raise ValueError(f"template and values disagree: missing {sorted(missing)}, "
-                         f"unused {sorted(unused)}")
-    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
 
 
 def _load(name: str):
@@ -326,7 +316,8 @@ def _race_values(root: Path) -> dict:
     check = ("" if not stale else
              f"FisherMALA no longer loses on {', '.join(stale)}; the explanations above "
              "stay for the record of the earlier race.")
-    return {"race_table": versus_blackjax.render(root), "losses_table": "\n".join(lines),
+    return {"race_table": versus_blackjax.render(root), **versus_blackjax.goal_values(root),
+            "losses_table": "\n".join(lines),
             "losses_check": check, **_worst_coordinates(root, "caravan")}
 
 
@@ -559,7 +550,7 @@ def _gpu_race_values(race: Path) -> dict:
         "gpu_race_needed_ess": f"{round(best * nuts_s, -2):,.0f}",
         "gpu_race_draws": f"{draws:,}", "gpu_race_needed_per_draw": f"{needed:.1f}",
         "gpu_race_reached": ", ".join(reached) or "no target",
-        "gpu_race_table": versus_blackjax.render(race, goal=False),
+        "gpu_race_table": versus_blackjax.render(race),
     }
 
 

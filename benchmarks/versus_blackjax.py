@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
-from benchmarks import cells
+from benchmarks import cells, templating
 from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
 from fisher_mala.whitened_warmup import DAMPING
@@ -295,6 +295,11 @@ def _is_full(protocol) -> bool:
     return all(protocol.get(k) == v for k, v in FULL_PROTOCOL.items())
 
 
+def _full_peer(record) -> bool:
+    """Whether a peer's cell ran the race's protocol (NUTS cells may have been shortened)."""
+    return record["sampler"] not in ("nuts_diag", "nuts_dense") or _is_full(record["protocol"])
+
+
 def _protocol(record) -> str:
     p = record["protocol"]
     warm = p["nuts_warmup"] if record["sampler"].startswith("nuts") else p["fisher_warmup"]
@@ -302,62 +307,74 @@ def _protocol(record) -> str:
     return f"{p['chains']} x ({warm} + {p['samples']}){devices}"
 
 
-def render(root=RESULTS, goal: bool = True) -> str:
-    """Markdown tables of the cached cells; ``goal`` adds the issue's goal, counted.
+def render(root=RESULTS) -> str:
+    """Markdown tables of the cached cells (the goal's numbers: :func:`goal_values`).
 
     The columns a reader compares; each cell's record also has median ESS, the paper's
     estimator's ESS, gradient counts and compile time.
     """
     lines = ["| target | sampler | min ESS bulk | min ESS/grad (bulk) | min ESS/s (bulk) | "
              "min ESS/s (paper) | warm-up + sampling s | protocol |", "|" + "---|" * 8]
-    verdicts, outcomes = [], []
-    for target in TARGETS:
-        rows = {s: json.loads(p.read_text()) for s in SAMPLERS
-                if (p := root / target / f"{s}.json").exists()}
+    verdicts = []
+    for target, rows, fisher, others in _fisher_mala_rows(root):
         for s, r in rows.items():
             sec = r["seconds"]
             lines.append(
                 f"| {target} | {s} | {r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
                 f"{r['bulk_min_per_second']:.1f} | {r['paper_min_per_second']:.1f} | "
                 f"{sec['warmup'] + sec['sampling']:.1f} | {_protocol(r)} |")
-        fisher = [rows[s]["bulk_min_per_second"] for s in ("fisher_mala", "fisher_mala_pooled")
-                  if s in rows]
-        others = {s: rows[s]["bulk_min_per_second"] for s in SAMPLERS[2:] if s in rows}
         if fisher and others:
             best_other = max(others, key=others.get)
-            ratio = max(fisher) / others[best_other]
-            shortened = ("" if best_other not in ("nuts_diag", "nuts_dense")
-                         or _is_full(rows[best_other]["protocol"])
+            shortened = ("" if _full_peer(rows[best_other])
                          else f" (shortened: {_protocol(rows[best_other])})")
             verdicts.append(f"| {target} | {max(fisher):.1f} | {best_other} "
-                            f"{others[best_other]:.1f}{shortened} | {ratio:.2f} |")
-            outcomes.append((target, ratio, bool(shortened)))
+                            f"{others[best_other]:.1f}{shortened} | "
+                            f"{max(fisher) / others[best_other]:.2f} |")
     summary = ["", "| target | best FisherMALA min ESS/s | best BlackJAX sampler, min ESS/s | "
                "ratio |", "|---|---|---|---|", *verdicts]
-    if outcomes and goal:
-        summary += ["", _goal_line(outcomes)]
     return "\n".join(lines + summary)
 
 
-def _goal_line(outcomes) -> str:
-    """The issue's goal, counted: at least equal on 7 of 9 targets, within 2x on the rest."""
-    wins = [t for t, r, short in outcomes if r >= 1 and not short]
-    short_wins = [t for t, r, short in outcomes if r >= 1 and short]
-    rest = [(t, r) for t, r, _ in outcomes if r < 1]
-    text = (f"Goal (min ESS/s at least the best BlackJAX sampler's on 7 of 9 targets, within "
-            f"2x on the rest): at least equal on {len(wins)} of {len(outcomes)} targets with "
-            f"every sampler at the full protocol ({', '.join(wins)})")
-    if short_wins:
-        text += (f", and on {', '.join(short_wins)} against NUTS at a shortened protocol "
-                 f"(see the projection below)")
-    if rest:
-        text += (f"; below on {', '.join(f'{t} ({r:.2f})' for t, r in rest)}, "
-                 + ("all within 2x" if all(r >= 0.5 for _, r in rest) else "not all within 2x"))
-    return text + "."
+def _fisher_mala_rows(root):
+    """Per target: its cells, FisherMALA's min ESS/s and the other samplers' (by name)."""
+    for target in TARGETS:
+        rows = {s: json.loads(p.read_text()) for s in SAMPLERS
+                if (p := root / target / f"{s}.json").exists()}
+        fisher = [rows[s]["bulk_min_per_second"] for s in ("fisher_mala", "fisher_mala_pooled")
+                  if s in rows]
+        others = {s: rows[s]["bulk_min_per_second"] for s in SAMPLERS[2:] if s in rows}
+        yield target, rows, fisher, others
 
 
-def render_whitened(root=RESULTS) -> str:
-    """The Fisher NUTS race: min bulk ESS per second and per gradient, against the peers."""
+def goal_values(root=RESULTS) -> dict:
+    """The FisherMALA race's goal, counted, for ``templates/performance.md``: targets where
+    FisherMALA is at least equal to the best BlackJAX sampler at the full protocol, at a
+    shortened one, and the others with their ratios."""
+    wins, short_wins, rest = [], [], []
+    for target, rows, fisher, others in _fisher_mala_rows(root):
+        if not fisher or not others:
+            continue
+        best_other = max(others, key=others.get)
+        ratio = max(fisher) / others[best_other]
+        if ratio < 1:
+            rest.append((target, ratio))
+        elif _full_peer(rows[best_other]):
+            wins.append(target)
+        else:
+            short_wins.append(target)
+    return {
+        "race_goal_wins": len(wins), "race_goal_targets": len(wins) + len(short_wins) + len(rest),
+        "race_goal_win_list": ", ".join(wins) or "none",
+        "race_goal_short_wins": ", ".join(short_wins) or "no target",
+        "race_goal_below": ", ".join(f"{t} ({r:.2f})" for t, r in rest) or "no target",
+        "race_goal_within": "all within 2x" if all(r >= 0.5 for _, r in rest)
+        else "not all within 2x",
+    }
+
+
+def render_whitened(root=RESULTS) -> dict:
+    """The Fisher NUTS race: min bulk ESS per second and per gradient, against the peers
+    (tables, and the issue's goals counted)."""
     names = (*WHITENED, "fisher_mala", *PEERS)
     lines = ["| target | d | " + " | ".join(names) + " | Fisher NUTS / best peer |",
              "|" + "---|" * (len(names) + 3)]
@@ -388,17 +405,10 @@ def render_whitened(root=RESULTS) -> str:
         micro = [f"{1e6 * _seconds(rows[s]) / rows[s]['grad_evals']:.1f}" if s in rows else ""
                  for s in names]
         cost.append(f"| {target} | " + " | ".join(micro) + " |")
-    below_text = f" (below: {', '.join(below)})" if below else ""
-    verdict = (f"Fisher NUTS (best of per-chain and pooled R) at least equal to the best "
-               f"peer in min ESS/s on {sum(wins)} of {len(wins)} targets{below_text}; "
-               "\\* marks a Fisher cell whose `metric=\"auto\"` chose the diagonal; ahead "
-               "of nutpie's "
-               f"low-rank adaptation in min ESS per gradient on {sum(grad_wins)} of "
-               f"{len(grad_wins)} dense-correlated targets raced against it.")
-    return "\n".join(["Min bulk ESS per second (warm-up + sampling, compile apart):", "",
-                      *lines, "", verdict, "", "Min bulk ESS per gradient evaluation:", "",
-                      *per_grad, "", "Microseconds per gradient evaluation (warm-up + sampling "
-                      "time over all gradients, sampler overhead included):", "", *cost])
+    return {"race_table": "\n".join(lines), "race_per_grad_table": "\n".join(per_grad),
+            "race_cost_table": "\n".join(cost), "race_wins": sum(wins),
+            "race_targets": len(wins), "race_below": ", ".join(below) or "none",
+            "race_grad_wins": sum(grad_wins), "race_grad_targets": len(grad_wins)}
 
 
 def _diagonal_mark(record) -> str:
@@ -448,9 +458,7 @@ def render_handover(root=HANDOVER, main_root=RESULTS) -> str:
         row = [f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})"
                if w in by_w else "" for w in warmups]
         lines.append(f"| {target} | {sampler} | {damping:g} | " + " | ".join(row) + " |")
-    return "\n".join(["Min bulk ESS per second (min bulk ESS) against the warm-up length "
-                      "(a tenth of it tunes the step), by the Fisher phase's damping:", "",
-                      *lines])
+    return "\n".join(lines)
 
 
 def render_damping(main_root=RESULTS) -> str:
@@ -468,9 +476,7 @@ def render_damping(main_root=RESULTS) -> str:
                 row.append(f"{r['bulk_min_per_grad']:.3f} ({r['bulk_min']:.0f})" if r else "")
         if sum(bool(c) for c in row) > 2:
             lines.append(f"| {target} | " + " | ".join(row) + " |")
-    return "\n".join(["Min bulk ESS per gradient (min bulk ESS) by the Fisher phase's damping "
-                      "(ESS is deterministic given the seed, so the columns compare across "
-                      "sessions; seconds would not):", "", *lines])
+    return "\n".join(lines)
 
 
 KEEP_LEARNING = RESULTS.parent / "fisher_nuts_keep_learning"
@@ -479,11 +485,9 @@ KEEP_LEARNING = RESULTS.parent / "fisher_nuts_keep_learning"
 REPEATS = RESULTS.parent / "race_repeats"
 
 
-def render_repeats(root=REPEATS) -> str:
-    """Min bulk ESS/s of every repetition, per target and sampler, and the median ratio."""
+def render_repeats(root=REPEATS) -> dict:
+    """Min bulk ESS/s of every repetition, per target and sampler, and the median."""
     runs = sorted(root.glob("rep*")) if root.exists() else []
-    if not runs:
-        return ""
     cells = {}
     for run in runs:
         for path in sorted(run.glob("*/*.json")):
@@ -494,12 +498,10 @@ def render_repeats(root=REPEATS) -> str:
     for (target, sampler), values in sorted(cells.items()):
         lines.append(f"| {target} | {sampler} | {', '.join(f'{v:.0f}' for v in values)} | "
                      f"{np.median(values):.0f} |")
-    return "\n".join([f"Repeated cells ({len(runs)} runs each, interleaved; "
-                      "`python -m benchmarks.versus_blackjax --repeats "
-                      f"{len(runs)} --targets T --samplers S`):", "", *lines])
+    return {"repeats": len(runs), "repeats_table": "\n".join(lines)}
 
 
-def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
+def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
     """Fisher NUTS with R frozen after the Fisher phase against R learning from its draws."""
     variants = sorted(root.glob("n0_*"), key=lambda p: float(p.name[3:]))
     head = ["frozen R", *[f"learning, n0 = {p.name[3:]}" for p in variants]]
@@ -521,17 +523,12 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> str:
         rows = [frozen[0], *learning]
         cells = [f"{r['bulk_min_per_second']:.0f} ({r['bulk_min_per_grad']:.3f})" for r in rows]
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
-    damping = ", ".join(f"{d:g}" for d in sorted(dampings))
-    return "\n".join(["Min bulk ESS per second (per gradient), per-chain R, R frozen after the "
-                      "Fisher phase or learning from the scores at NUTS's draws in the second "
-                      f"half of the step-size phase (Fisher phase damping {damping}):", "",
-                      *lines])
+    return {"keep_learning_table": "\n".join(lines),
+            "keep_learning_damping": ", ".join(f"{d:g}" for d in sorted(dampings))}
 
 
 def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
     """Fisher NUTS's ``chain_method`` table (``python -m benchmarks.chain_method``)."""
-    if not path.exists():
-        return ""
     rows = json.loads(path.read_text())["rows"]
     counts = sorted({r.get("devices", 1) for r in rows})
     heads = [f"{m}, {c} device{'s' if c > 1 else ''}" for c in counts
@@ -543,10 +540,7 @@ def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
                            and r.get("devices", 1) == c)
                  for c in counts for m in ("vectorized", "sequential")]
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
-    return "\n".join(["Fisher NUTS, min bulk ESS per second of two runs, chains batched "
-                      "(`chain_method=\"vectorized\"`) or one after the other "
-                      "(`\"sequential\"`), on one XLA:CPU device or split over two "
-                      "(`python -m benchmarks.chain_method`):", "", *lines])
+    return "\n".join(lines)
 
 
 def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
@@ -569,13 +563,23 @@ def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
             lines.append(f"| {name} | {device} | {warmup} + {p['samples']} | "
                          f"{r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
                          f"{r['bulk_min_per_second']:.3g} |")
-    return "\n".join(["MNIST (d = 785, N = 11339), float32, 4 chains, every cell run (GPU cells: "
-                      "`benchmarks/gpu_fisher_nuts.sh`, `benchmarks/gpu_session.sh`):", "",
-                      *lines])
+    return "\n".join(lines)
 
 
 DOCS_PAGE = RESULTS.parents[2] / "docs" / "fisher_nuts.md"
 MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
+
+
+def render_whitened_page() -> str:
+    """The race section of ``docs/fisher_nuts.md``: ``templates/fisher_nuts_race.md`` with
+    every table and count of the cached cells."""
+    from benchmarks import metric_choice
+
+    values = {**render_whitened(), **render_repeats(), "mnist_table": render_mnist(),
+              "metric_table": metric_choice.render(), "damping_table": render_damping(),
+              "handover_table": render_handover(), **render_keep_learning(),
+              "chain_method_table": render_chain_method()}
+    return templating.fill(templating.load("fisher_nuts_race.md"), values).strip()
 
 
 def write_whitened_docs(page=DOCS_PAGE) -> str:
@@ -583,13 +587,7 @@ def write_whitened_docs(page=DOCS_PAGE) -> str:
     text = page.read_text()
     head, rest = text.split(MARKERS[0])
     _, tail = rest.split(MARKERS[1])
-    from benchmarks.metric_choice import render as render_metric_choice
-
-    body = "\n\n".join([render_whitened(), render_repeats(), render_mnist(),
-                         render_metric_choice(),
-                         render_damping(),
-                        render_handover(), render_keep_learning(), render_chain_method()])
-    new = f"{head}{MARKERS[0]}\n{body}\n{MARKERS[1]}{tail}"
+    new = f"{head}{MARKERS[0]}\n{render_whitened_page()}\n{MARKERS[1]}{tail}"
     page.write_text(new)
     return new
 
@@ -655,9 +653,7 @@ def main(argv=None):
         plot_whitened()
         return
     if args.render_whitened:
-        print(render_whitened(args.root))
-        print()
-        print(render_handover())
+        print(render_whitened_page())
         return
     targets = TARGETS if args.targets == "all" else args.targets.split(",")
     samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
@@ -667,7 +663,7 @@ def main(argv=None):
             for target in targets:
                 for sampler in samplers:
                     run_cell(target, sampler, args, root=REPEATS / f"rep{k}")
-        print(render_repeats())
+        print(render_repeats()["repeats_table"])
         return
     for target in targets:
         for sampler in samplers:

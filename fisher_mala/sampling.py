@@ -691,21 +691,27 @@ def sample(
 
         A staged warm-up (Fisher NUTS / HMC with ``metric="auto"``) compiles each of its
         stages for all chains; its choices between them run on the host
-        (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.staged_run`).
+        (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.staged_run`). Its seconds are
+        those of the compiled stages and of the choices, as for one compiled warm-up.
         """
         if not getattr(warmup, "staged", False):
             return _compile_and_run(stage("run"), keys, positions, data)
-        compile_seconds = []
+        compile_seconds, run_seconds = [], []
 
         def call(method, argument, *extra):
-            out, compile_s, _ = _compile_and_run(stage(method, *extra), keys, argument, data)
+            out, compile_s, run_s = _compile_and_run(stage(method, *extra), keys, argument, data)
             compile_seconds.append(compile_s)
+            run_seconds.append(run_s)
             return out
 
-        start = time.perf_counter()
-        out = warmup.staged_run(call, positions, num_warmup)
-        compiling = sum(compile_seconds)
-        return out, compiling, time.perf_counter() - start - compiling
+        def on_host(fn, *args):
+            start = time.perf_counter()
+            out = fn(*args)
+            run_seconds.append(time.perf_counter() - start)
+            return out
+
+        out = warmup.staged_run(call, positions, num_warmup, on_host)
+        return out, sum(compile_seconds), sum(run_seconds)
 
     if batched_warmup and not per_chain_sampling:
 

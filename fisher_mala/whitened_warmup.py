@@ -7,10 +7,14 @@ Two compiled phases and a choice between them, within the user's ``num_warmup``:
    phase, adaptive FisherMALA), or the pooled one (one ``R`` for all chains,
    :class:`~fisher_mala.baseline_warmups.PooledFisherMALAWarmup`) with ``pooled=True``.
    One gradient per iteration, ``O(d^2)`` per iteration.
-2. **Metric** (on the host, between the two compiled phases): ``metric="auto"`` keeps the
+2. **Metric** (on the host, between the compiled phases): ``metric="auto"`` keeps the
    dense ``R``, or only its diagonal (:class:`~fisher_mala.whitened_hmc.DiagonalSqrt`,
    ``O(d)`` per leapfrog step) when the learned correlations are within sampling noise
-   of none (:meth:`FisherHMCWarmup.choose`). All chains get the same choice.
+   of none (:meth:`FisherHMCWarmup.choose`). All chains get the same choice. It is first
+   looked at part-way through the Fisher phase, once ``16 d`` signals are in
+   (:meth:`FisherHMCWarmup.first_fisher_iterations`); a diagonal there ends the Fisher
+   phase, since the diagonal needs only the learned scales. Otherwise the phase runs to
+   its end (the same chain as without the look) and the metric is chosen again.
 3. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up): ``R``
    frozen, NUTS (or HMC) in whitened coordinates with the leapfrog step tuned by dual
    averaging (Hoffman and Gelman, 2014; BlackJAX's implementation) towards acceptance
@@ -367,19 +371,23 @@ class FisherHMCWarmup:
         """Whether ``fisher_out`` has run the whole Fisher phase of the warm-up."""
         return fisher_out[1].acceptance_rate.shape[-1] >= self.split(num_steps)[0]
 
-    def staged_run(self, call, positions, num_steps: int):
+    def staged_run(self, call, positions, num_steps: int, on_host=None):
         """Run the stages in turn; ``call(method, argument, *extra)`` runs one stage.
+
+        ``on_host(fn, *args)`` runs the host's choices (default: ``fn(*args)``; ``fm.sample``
+        times them).
 
         The Fisher phase's first part, then the metric (:meth:`choose`). A diagonal
         metric ends the Fisher phase there: it needs only the learned scales, which many
         fewer signals than the dense ``R`` give. Otherwise the rest of the Fisher phase,
         the metric again, and the step-size phase.
         """
+        on_host = on_host or (lambda fn, *args: fn(*args))
         out = call("fisher_stage", positions)
-        metric = self.choose(out[0][0])
+        metric = on_host(self.choose, out[0][0])
         if metric != "diagonal" and not self.fisher_complete(out, num_steps):
             out = call("fisher_resume", out)
-            metric = self.choose(out[0][0])
+            metric = on_host(self.choose, out[0][0])
         return call("tuning_stage", out, metric)
 
     def choose(self, fisher_state) -> str:

@@ -147,7 +147,7 @@ def test_paper_reproduction_pipeline_quick_mode(tmp_path):
 def test_performance_page_is_rendered_from_the_committed_results(tmp_path):
     """docs/performance.md is exactly what its renderer writes from benchmarks/results."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks import render_performance
+    from benchmarks import render_performance, templating
 
     page = render_performance.render(tmp_path)
     assert page.read_text() == (ROOT / "docs" / "performance.md").read_text()
@@ -156,10 +156,10 @@ def test_performance_page_is_rendered_from_the_committed_results(tmp_path):
     # the prose lives in the template; the renderer refuses a placeholder without a value
     # and a value without a placeholder
     with pytest.raises(ValueError, match="missing \\['b'\\]"):
-        render_performance.fill("{{a}} {{b}}", {"a": 1})
+        templating.fill("{{a}} {{b}}", {"a": 1})
     with pytest.raises(ValueError, match="unused \\['c'\\]"):
-        render_performance.fill("{{a}}", {"a": 1, "c": 2})
-    assert render_performance.fill("x {{a}} y", {"a": 3}) == "x 3 y"
+        templating.fill("{{a}}", {"a": 1, "c": 2})
+    assert templating.fill("x {{a}} y", {"a": 3}) == "x 3 y"
 
 
 def test_loop_threads_experiment_reports_every_variant():

@@ -1,0 +1,101 @@
+"""Could a stopping rule on the change of ``R`` end Fisher NUTS's Fisher phase sooner?
+
+    python -m benchmarks.stopping_rule        # writes results/stopping_rule.json
+
+Runs the race's Fisher phase (4 chains, the race's starts and keys, ``metric="dense"``)
+and looks at it every 1000 adaptive iterations (one block). Proposition 4 learns the
+un-normalized Fisher matrix ``F_n = (R_n R_n^T)^{-1} = lambda I + sum_{i <= n} s_i s_i^T``,
+so the signals of the last block alone, whitened by the ``R`` learned before it, are
+
+    M = R_prev^T (F_now - F_prev) R_prev = X^T X - I,   X = R_now^{-1} R_prev,
+
+whatever the running average has accumulated. If ``R_prev`` were already right, ``M``
+would be the sum of ``B`` whitened signals of covariance proportional to ``I``: its
+condition number would be sampling noise, about the Marchenko-Pastur ratio for
+``(d, B)`` (``whitened_warmup.noise_condition_number``) if the signals were independent.
+The table gives, per look and chain, ``kappa(M)`` over that ratio; a rule "stop when the
+ratio is below ``c`` on every chain" would stop at the first look where it is. The
+hand-over table of ``docs/fisher_nuts.md`` says where stopping would have paid.
+"""
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import fisher_mala as fm
+from benchmarks.versus_blackjax import POSTERIORDB, TARGETS, race_start
+from fisher_mala import whitened_warmup
+
+OUT = Path(__file__).resolve().parent / "results" / "stopping_rule.json"
+WARMUP = 5000
+BLOCK = 1000
+
+
+def block_condition_numbers(r_prev, r_now) -> np.ndarray:
+    """``kappa(R_prev^T (F_now - F_prev) R_prev)`` per chain, in float64 on the host."""
+    r_prev, r_now = (np.asarray(r, np.float64) for r in (r_prev, r_now))
+    x = np.linalg.solve(r_now, r_prev)
+    m = np.swapaxes(x, -1, -2) @ x - np.eye(r_prev.shape[-1])
+    eigenvalues = np.linalg.eigvalsh(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(eigenvalues[..., 0] > 0, eigenvalues[..., -1] / eigenvalues[..., 0],
+                        np.inf)
+
+
+def row(name: str) -> dict:
+    with jax.enable_x64(name in POSTERIORDB):
+        target = fm.targets.get(name)
+        positions, key_run = race_start(target, 4)
+        warmup = whitened_warmup.FisherHMCWarmup(target.logdensity_fn, metric="dense")
+        fisher = warmup.fisher
+        num_fisher, _ = warmup.split(WARMUP)
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(jax.random.split(key_run, 4))
+        keys = jax.vmap(lambda k: jax.random.split(k)[0])(keys)  # fisher_stage's key
+        start = fisher.num_mala_steps + BLOCK
+        out = jax.jit(jax.vmap(lambda k, x: fisher.run(k, x, num_fisher, stop_after=start)))(
+            keys, positions)
+        looks = []
+        done = start
+        while done < num_fisher:
+            done = min(done + BLOCK, num_fisher)
+            new = jax.jit(jax.vmap(lambda k, o, n=done: fisher.resume(k, o, n)))(keys, out)
+            kappa = block_condition_numbers(out[0][0].sqrt_precond, new[0][0].sqrt_precond)
+            signals = int(np.min(new[0][0].count - out[0][0].count))
+            noise = float(whitened_warmup.noise_condition_number(target.dim, signals))
+            looks.append({"iteration": done, "signals": signals, "noise": noise,
+                          "ratio": [float(k / noise) for k in kappa]})
+            out = new
+        return {"target": name, "dim": target.dim, "looks": looks}
+
+
+def render(path=OUT) -> str:
+    """The table of ``docs/fisher_nuts.md``."""
+    if not path.exists():
+        return ""
+    rows = json.loads(path.read_text())
+    iterations = [look["iteration"] for look in rows[0]["looks"]]
+    lines = ["| target | d | " + " | ".join(f"to iteration {i}" for i in iterations) + " |",
+             "|---|---|" + "---|" * len(iterations)]
+    for r in rows:
+        cells = [f"{min(look['ratio']):.2g}-{max(look['ratio']):.2g}" for look in r["looks"]]
+        lines.append(f"| {r['target']} | {r['dim']} | " + " | ".join(cells) + " |")
+    return "\n".join([
+        "Condition number of the last block's whitened signals over the Marchenko-Pastur "
+        f"ratio for {BLOCK} independent signals, range over 4 chains, at each look at the "
+        "race's Fisher phase (`python -m benchmarks.stopping_rule`):", "", *lines])
+
+
+def main():
+    names = [t for t in (*TARGETS, *POSTERIORDB) if t != "mnist56"]
+    rows = []
+    for name in names:
+        rows.append(row(name))
+        print(rows[-1], flush=True)
+    OUT.write_text(json.dumps(rows, indent=1))
+    print(render())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Generated pages: prose in Markdown templates (``benchmarks/templates``), numbers from code.
+
+A template names each generated value ``{{name}}``; :func:`fill` replaces them all.
+"""
+
+import re
+from pathlib import Path
+
+__all__ = ["TEMPLATES", "fill", "load"]
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def fill(template: str, values: dict) -> str:
+    """Replace every ``{{name}}`` of ``template``; unknown or unused names are errors."""
+    names = set(PLACEHOLDER.findall(template))
+    missing, unused = names - set(values), set(values) - names
+    if missing or unused:
+        raise ValueError(f"template and values disagree: missing {sorted(missing)}, "
+                         f"unused {sorted(unused)}")
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+
+
+def load(name: str) -> str:
+    """The text of ``benchmarks/templates/<name>``."""
+    return (TEMPLATES / name).read_text()
