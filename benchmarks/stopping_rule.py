@@ -1,4 +1,4 @@
-"""Could a stopping rule on the change of ``R`` end Fisher NUTS's Fisher phase sooner?
+"""The stopping rule of Fisher NUTS's Fisher phase, measured on the race's targets.
 
     python -m benchmarks.stopping_rule        # writes results/stopping_rule.json
 
@@ -13,9 +13,10 @@ whatever the running average has accumulated. If ``R_prev`` were already right, 
 would be the sum of ``B`` whitened signals of covariance proportional to ``I``: its
 condition number would be sampling noise, about the Marchenko-Pastur ratio for
 ``(d, B)`` (``whitened_warmup.noise_condition_number``) if the signals were independent.
-The table gives, per look and chain, ``kappa(M)`` over that ratio; a rule "stop when the
-ratio is below ``c`` on every chain" would stop at the first look where it is. The
-hand-over table of ``docs/fisher_nuts.md`` says where stopping would have paid.
+The table gives, per look and chain, ``kappa(M)`` over that ratio; the rule
+(``FisherHMCWarmup.learned``) stops at the first look where it is at most
+``LEARNED_NOISE_FACTOR`` on every chain. Its effect on the race's min ESS is measured by
+``python -m benchmarks.versus_blackjax --stopping-rule on|off`` (the Fisher NUTS page).
 """
 
 import json
@@ -33,17 +34,6 @@ WARMUP = 5000
 BLOCK = 1000
 
 
-def block_condition_numbers(r_prev, r_now) -> np.ndarray:
-    """``kappa(R_prev^T (F_now - F_prev) R_prev)`` per chain, in float64 on the host."""
-    r_prev, r_now = (np.asarray(r, np.float64) for r in (r_prev, r_now))
-    x = np.linalg.solve(r_now, r_prev)
-    m = np.swapaxes(x, -1, -2) @ x - np.eye(r_prev.shape[-1])
-    eigenvalues = np.linalg.eigvalsh(m)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(eigenvalues[..., 0] > 0, eigenvalues[..., -1] / eigenvalues[..., 0],
-                        np.inf)
-
-
 def row(name: str) -> dict:
     with jax.enable_x64(name in POSTERIORDB):
         target = fm.targets.get(name)
@@ -53,27 +43,26 @@ def row(name: str) -> dict:
         num_fisher, _ = warmup.split(WARMUP)
         keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(jax.random.split(key_run, 4))
         keys = jax.vmap(lambda k: jax.random.split(k)[0])(keys)  # fisher_stage's key
-        start = fisher.num_mala_steps + BLOCK
-        out = jax.jit(jax.vmap(lambda k, x: fisher.run(k, x, num_fisher, stop_after=start)))(
-            keys, positions)
+        done = fisher.num_mala_steps + BLOCK
+        first = jax.jit(jax.vmap(lambda k, x: fisher.run(k, x, num_fisher, stop_after=done)))
+        carry = first(keys, positions)[0]
+        resume = jax.jit(jax.vmap(lambda k, c: fisher.resume(k, c, num_fisher, None, BLOCK)))
         looks = []
-        done = start
-        while done < num_fisher:
-            done = min(done + BLOCK, num_fisher)
-            new = jax.jit(jax.vmap(lambda k, o, n=done: fisher.resume(k, o, n)))(keys, out)
-            kappa = block_condition_numbers(out[0][0].sqrt_precond, new[0][0].sqrt_precond)
-            signals = int(np.min(new[0][0].count - out[0][0].count))
+        while done < num_fisher:  # the race's Fisher phase is whole blocks
+            new = resume(keys, carry)[0]
+            done += BLOCK
+            kappa = whitened_warmup.block_condition_number(carry[0].sqrt_precond,
+                                                           new[0].sqrt_precond)
+            signals = int(np.min(new[0].count - carry[0].count))
             noise = float(whitened_warmup.noise_condition_number(target.dim, signals))
             looks.append({"iteration": done, "signals": signals, "noise": noise,
                           "ratio": [float(k / noise) for k in kappa]})
-            out = new
+            carry = new
         return {"target": name, "dim": target.dim, "looks": looks}
 
 
 def render(path=OUT) -> str:
-    """The table of ``docs/fisher_nuts.md``."""
-    if not path.exists():
-        return ""
+    """The table of ``docs/fisher_nuts.md``: ``kappa(M)`` over the noise ratio, per look."""
     rows = json.loads(path.read_text())
     iterations = [look["iteration"] for look in rows[0]["looks"]]
     lines = ["| target | d | " + " | ".join(f"to iteration {i}" for i in iterations) + " |",
@@ -81,10 +70,7 @@ def render(path=OUT) -> str:
     for r in rows:
         cells = [f"{min(look['ratio']):.2g}-{max(look['ratio']):.2g}" for look in r["looks"]]
         lines.append(f"| {r['target']} | {r['dim']} | " + " | ".join(cells) + " |")
-    return "\n".join([
-        "Condition number of the last block's whitened signals over the Marchenko-Pastur "
-        f"ratio for {BLOCK} independent signals, range over 4 chains, at each look at the "
-        "race's Fisher phase (`python -m benchmarks.stopping_rule`):", "", *lines])
+    return "\n".join(lines)
 
 
 def main():

@@ -41,7 +41,7 @@ import fisher_mala as fm
 from benchmarks import cells, templating
 from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
-from fisher_mala.whitened_warmup import DAMPING
+from fisher_mala.whitened_warmup import DAMPING, FisherHMCWarmup
 
 RESULTS = Path(__file__).resolve().parent / "results" / "race"
 #: The race's protocol (the command-line defaults); a cell run with less is "shortened".
@@ -226,6 +226,7 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         damping = getattr(args, "damping", None)
         protocol["damping"] = DAMPING if damping is None else damping
         protocol["metric"] = getattr(args, "metric", "auto")
+        protocol["stopping_rule"] = getattr(args, "stopping_rule", "on") == "on"
     if sampler not in NUTPIE and jax.default_backend() == "cpu":
         protocol["cpu_devices"] = jax.device_count()
     if cells.is_done(path, protocol):
@@ -247,7 +248,8 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
     elif sampler in WHITENED:
         name, pooled = sampler.removesuffix("_pooled"), sampler.endswith("pooled")
-        extra = {"damping": protocol["damping"], "metric": protocol["metric"]}
+        extra = {"damping": protocol["damping"], "metric": protocol["metric"],
+                 "stopping_rule": protocol["stopping_rule"]}
         if "score_prior_weight" in protocol and not pooled:
             extra["score_prior_weight"] = protocol["score_prior_weight"]
         r = fm.sample(key_run, name, target.logdensity_fn, positions,
@@ -256,7 +258,8 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
         chosen = isinstance(r.parameters.sqrt_precond, fm.DiagonalSqrt)
-        extra_record = {"metric_chosen": "diagonal" if chosen else "dense"}
+        extra_record = {"metric_chosen": "diagonal" if chosen else "dense",
+                        "warmup_iterations": int(r.warmup_info.acceptance_rate.shape[-1])}
     elif sampler in NUTPIE:
         draws, grads, compile_s, warm_s, sample_s = _run_nutpie(
             target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup,
@@ -527,6 +530,34 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
             "keep_learning_damping": ", ".join(f"{d:g}" for d in sorted(dampings))}
 
 
+#: Fisher NUTS with the stopping rule on and off, by warm-up length
+#: (``--fisher-warmup W --stopping-rule R --root STOPPING/warmup_W/rule_R``).
+STOPPING = RESULTS.parent / "fisher_nuts_stopping"
+
+
+def render_stopping(root=STOPPING) -> str:
+    """Fisher NUTS with the Fisher phase ended by the stopping rule or run in full."""
+    lines = ["| target | warm-up | Fisher iterations with the rule | min ESS/s, full / rule | "
+             "min ESS per gradient, full / rule |", "|---|---|---|---|---|"]
+    warmups = sorted(int(p.name.removeprefix("warmup_")) for p in root.glob("warmup_*"))
+    for target in (*TARGETS, *POSTERIORDB):
+        for warmup in warmups:
+            pair = [cells.load(root / f"warmup_{warmup}" / f"rule_{rule}" / target
+                               / "fisher_nuts.json") for rule in ("off", "on")]
+            if None in pair:
+                continue
+            off, on = pair
+            warm = FisherHMCWarmup(lambda x: x, damping=on["protocol"]["damping"])
+            num_fisher, _ = warm.split(warmup)
+            used = next(n for n in range(num_fisher + 1)
+                        if n + warm.tuning_steps(warmup, n) == on["warmup_iterations"])
+            lines.append(
+                f"| {target} | {warmup} | {used} of {num_fisher} | "
+                f"{off['bulk_min_per_second']:.0f} / {on['bulk_min_per_second']:.0f} | "
+                f"{off['bulk_min_per_grad']:.3f} / {on['bulk_min_per_grad']:.3f} |")
+    return "\n".join(lines)
+
+
 def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
     """Fisher NUTS's ``chain_method`` table (``python -m benchmarks.chain_method``)."""
     rows = json.loads(path.read_text())["rows"]
@@ -573,12 +604,14 @@ MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
 def render_whitened_page() -> str:
     """The race section of ``docs/fisher_nuts.md``: ``templates/fisher_nuts_race.md`` with
     every table and count of the cached cells."""
-    from benchmarks import metric_choice
+    from benchmarks import metric_choice, stopping_rule
 
     values = {**render_whitened(), **render_repeats(), "mnist_table": render_mnist(),
               "metric_table": metric_choice.render(), "damping_table": render_damping(),
               "handover_table": render_handover(), **render_keep_learning(),
-              "chain_method_table": render_chain_method()}
+              "chain_method_table": render_chain_method(),
+              "stopping_looks_table": stopping_rule.render(),
+              "stopping_table": render_stopping()}
     return templating.fill(templating.load("fisher_nuts_race.md"), values).strip()
 
 
@@ -632,6 +665,9 @@ def main(argv=None):
                         help=f"Fisher phase damping of Fisher NUTS / HMC (default {DAMPING})")
     parser.add_argument("--metric", default="auto", choices=("auto", "dense", "diagonal"),
                         help="metric of Fisher NUTS / HMC (cells before it existed: dense)")
+    parser.add_argument("--stopping-rule", default="on", choices=("on", "off"),
+                        help="Fisher NUTS / HMC end the Fisher phase by the stopping rule "
+                             "(cells before it existed: off)")
     parser.add_argument("--repeats", type=int, default=0,
                         help="run the cells this many times into results/race_repeats/repK")
     parser.add_argument("--render", action="store_true")

@@ -51,6 +51,7 @@ __all__ = [
     "find_reasonable_step_size",
     "bracket_step_size",
     "adaptive_phase",
+    "extend_info",
     "MALAWarmup",
     "FisherMALAWarmup",
     "mala_warmup",
@@ -452,30 +453,44 @@ class FisherMALAWarmup(MALAWarmup):
         params = WarmupParameters(fstate.step_size, fstate.sqrt_precond)
         return (fstate, params), info
 
-    def resume(self, rng_key, out, num_steps: int, progress: ProgressBar | None = None):
-        """Continue a :meth:`run` stopped early (``stop_after``) up to ``num_steps``.
+    def resume(self, rng_key, carry, num_steps: int, progress=None, num_more: int = 0):
+        """``num_more`` more adaptive iterations of a :meth:`run` stopped early.
 
-        ``rng_key`` and ``num_steps`` are those given to :meth:`run`.
+        ``carry`` is the ``(state, parameters)`` that run (or a previous ``resume``)
+        returned, ``rng_key`` and ``num_steps`` those given to :meth:`run`. Returns
+        ``(state, parameters), info`` with the info of the new iterations only (append it
+        with :func:`extend_info`); the iteration index, which keys the random draws, comes
+        from the state, so every call of one ``num_more`` compiles the same.
         """
-        (fstate, _), info = out
-        done = info.acceptance_rate.shape[-1]
-        fstate, more, trace = self._adapt(rng_key, fstate, num_steps - done, done, progress)
-        info = _extend_info(info, (more.acceptance_rate, more.is_accepted,
-                                   more.proposal_is_finite), trace, num_steps - done)
+        fstate, _ = carry
+        offset = min(self.num_mala_steps, num_steps) + fstate.count
+        fstate, more, trace = self._adapt(rng_key, fstate, num_more, offset, progress)
+        info = WarmupInfo(
+            more.acceptance_rate,
+            more.is_accepted,
+            more.proposal_is_finite,
+            initial_step_size=fstate.step_size,
+            num_grad_evals=jnp.asarray(num_more, jnp.int32),
+            trace=trace if self.trace_every else None,
+        )
         return (fstate, WarmupParameters(fstate.step_size, fstate.sqrt_precond)), info
 
 
-def _extend_info(info: WarmupInfo, rates, trace, num_more: int) -> WarmupInfo:
-    """``info`` of a warm-up followed by ``num_more`` iterations of ``rates`` (last axis)."""
+def extend_info(info: WarmupInfo, more: WarmupInfo) -> WarmupInfo:
+    """``info`` of a warm-up followed by ``more``, the info of its continuation
+    (iterations on the last axis; a leading axis of chains is kept)."""
     old = (info.acceptance_rate, info.is_accepted, info.proposal_is_finite)
-    merged = [jnp.concatenate([a, b], axis=-1) for a, b in zip(old, rates, strict=True)]
-    if info.trace is not None:
-        trace = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info.trace, trace)
+    new = (more.acceptance_rate, more.is_accepted, more.proposal_is_finite)
+    merged = [jnp.concatenate([a, b], axis=-1) for a, b in zip(old, new, strict=True)]
+    trace = info.trace
+    if trace is not None:
+        axis = trace.iteration.ndim - 1  # snapshots follow any chain axis
+        trace = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=axis), trace, more.trace)
     return WarmupInfo(
         *merged,
         initial_step_size=info.initial_step_size,
-        num_grad_evals=info.num_grad_evals + num_more,
-        trace=trace if info.trace is not None else None,
+        num_grad_evals=info.num_grad_evals + more.num_grad_evals,
+        trace=trace,
     )
 
 

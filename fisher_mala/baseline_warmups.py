@@ -33,7 +33,6 @@ from fisher_mala.adaptation import (
     WarmupInfo,
     WarmupParameters,
     _concat_infos,
-    _extend_info,
     _initial_state_and_step,
     adaptive_phase,
     bracket_step_size,
@@ -404,12 +403,19 @@ class PooledFisherMALAWarmup(MALAWarmup):
         )
         return (pstate, self._parameters(pstate, num_chains)), info
 
-    def resume_batch(self, rng_key, out, num_steps: int, progress=None):
-        """Continue a :meth:`run_batch` stopped early up to ``num_steps``."""
-        (pstate, _), info = out
-        num_chains, done = info.acceptance_rate.shape
-        pstate, more, trace = self._adapt(rng_key, pstate, num_steps - done, done, progress)
-        info = _extend_info(info, _rates_tuple(more), trace, num_steps - done)
+    def resume_batch(self, rng_key, carry, num_steps: int, progress=None, num_more: int = 0):
+        """``num_more`` more pooled iterations of a :meth:`run_batch` stopped early (as
+        :meth:`fisher_mala.adaptation.FisherMALAWarmup.resume`)."""
+        pstate, params = carry
+        num_chains = params.step_size.shape[0]
+        offset = min(self.num_mala_steps, num_steps) + pstate.count
+        pstate, more, trace = self._adapt(rng_key, pstate, num_more, offset, progress)
+        info = WarmupInfo(
+            *_rates_tuple(more),
+            initial_step_size=params.step_size,
+            num_grad_evals=jnp.full((num_chains,), num_more, jnp.int32),
+            trace=trace if self.trace_every else None,
+        )
         return (pstate, self._parameters(pstate, num_chains)), info
 
     @staticmethod

@@ -361,9 +361,10 @@ class FisherNUTSKernel(MCMCKernel):
         The sampling kernel's (as in ``fm.sample``).
     **warmup_options
         Options of :class:`~fisher_mala.whitened_warmup.FisherHMCWarmup` (not ``pooled``).
-        ``metric`` defaults to ``"dense"`` here: NumPyro runs ``init`` under ``jit``/``pmap``
-        with ``chain_method="parallel"`` or ``"vectorized"``, where ``metric="auto"``
-        cannot choose; pass ``metric="diagonal"`` for a posterior close to independent.
+        ``metric`` defaults to ``"dense"`` and ``stopping_rule`` to ``False`` here: NumPyro
+        runs ``init`` under ``jit``/``pmap`` with ``chain_method="parallel"`` or
+        ``"vectorized"``, where neither ``metric="auto"`` nor the stopping rule can look at
+        ``R`` on the host; pass ``metric="diagonal"`` for a posterior close to independent.
     """
 
     def __init__(
@@ -390,7 +391,8 @@ class FisherNUTSKernel(MCMCKernel):
         self._algorithm = algorithm
         self._max_num_doublings = int(max_num_doublings)
         self._num_integration_steps = num_integration_steps
-        self._warmup_options = {"metric": "dense", **warmup_options}
+        # NumPyro runs init under jit / pmap: no choice on the host between compiled parts
+        self._warmup_options = {"metric": "dense", "stopping_rule": False, **warmup_options}
         self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
         self._postprocess_fn = None
         self._num_warmup = 0

@@ -489,7 +489,11 @@ def sample(
     initial_positions
         Array or pytree whose leaves have a leading chain axis.
     num_warmup
-        Burn-in iterations, in which adaptation happens (paper: 2 x 10^4).
+        Burn-in iterations, in which adaptation happens (paper: 2 x 10^4). For
+        ``"fisher_nuts"`` and ``"fisher_hmc"`` an upper bound: their warm-up ends earlier
+        once the learned ``R`` has settled (``stopping_rule``, see
+        :class:`~fisher_mala.whitened_warmup.FisherHMCWarmup`); ``result.warmup_info``
+        covers the iterations run.
     num_samples
         Iterations of the sampling phase, parameters frozen (paper: 2 x 10^4).
     thinning
@@ -525,7 +529,8 @@ def sample(
         their number divides the number of chains.
     **options
         Passed to the sampler's warm-up (e.g. ``damping``, ``signal``,
-        ``initial_step_size``, ``num_mala_steps``, ``trace_every``).
+        ``initial_step_size``, ``num_mala_steps``, ``trace_every``; for Fisher NUTS / HMC
+        also ``metric``, ``stopping_rule``, ``num_step_size_steps``).
 
     Returns
     -------
@@ -696,12 +701,21 @@ def sample(
         """
         if not getattr(warmup, "staged", False):
             return _compile_and_run(stage("run"), keys, positions, data)
-        compile_seconds, run_seconds = [], []
+        compile_seconds, run_seconds, compiled = [], [], {}
 
         def call(method, argument, *extra):
-            out, compile_s, run_s = _compile_and_run(stage(method, *extra), keys, argument, data)
-            compile_seconds.append(compile_s)
-            run_seconds.append(run_s)
+            # a stage called again with arguments of the same structure (the Fisher phase's
+            # blocks) reuses its executable
+            signature = (method, extra, jax.tree.structure(argument),
+                         tuple((x.shape, x.dtype) for x in jax.tree.leaves(argument)))
+            if signature not in compiled:
+                start = time.perf_counter()
+                compiled[signature] = jax.jit(stage(method, *extra)).lower(
+                    keys, argument, data).compile()
+                compile_seconds.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            out = jax.block_until_ready(compiled[signature](keys, argument, data))
+            run_seconds.append(time.perf_counter() - start)
             return out
 
         def on_host(fn, *args):

@@ -1,12 +1,14 @@
 """Warm-up of Fisher NUTS and Fisher HMC: learn ``R``, then tune the leapfrog step (layer 4).
 
-Two compiled phases and a choice between them, within the user's ``num_warmup``:
+Compiled phases and choices on the host between them, within the user's ``num_warmup``:
 
-1. **Fisher phase** (``num_warmup - num_step_size_steps`` iterations): Algorithm 1's
-   warm-up (:class:`~fisher_mala.adaptation.FisherMALAWarmup`: step-size search, MALA
+1. **Fisher phase** (at most ``num_warmup - num_step_size_steps`` iterations): Algorithm
+   1's warm-up (:class:`~fisher_mala.adaptation.FisherMALAWarmup`: step-size search, MALA
    phase, adaptive FisherMALA), or the pooled one (one ``R`` for all chains,
    :class:`~fisher_mala.baseline_warmups.PooledFisherMALAWarmup`) with ``pooled=True``.
-   One gradient per iteration, ``O(d^2)`` per iteration.
+   One gradient per iteration, ``O(d^2)`` per iteration. It runs in compiled blocks of
+   1000 iterations, and the stopping rule (:meth:`FisherHMCWarmup.learned`) ends it at
+   the first block whose signals agree with the ``R`` learned before them.
 2. **Metric** (on the host, between the compiled phases): ``metric="auto"`` keeps the
    dense ``R``, or only its diagonal (:class:`~fisher_mala.whitened_hmc.DiagonalSqrt`,
    ``O(d)`` per leapfrog step) when the learned correlations are within sampling noise
@@ -15,15 +17,16 @@ Two compiled phases and a choice between them, within the user's ``num_warmup``:
    (:meth:`FisherHMCWarmup.first_fisher_iterations`); a diagonal there ends the Fisher
    phase, since the diagonal needs only the learned scales. Otherwise the phase runs to
    its end (the same chain as without the look) and the metric is chosen again.
-3. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up): ``R``
-   frozen, NUTS (or HMC) in whitened coordinates with the leapfrog step tuned by dual
-   averaging (Hoffman and Gelman, 2014; BlackJAX's implementation) towards acceptance
-   0.8. It starts from FisherMALA's normalized step: one leapfrog step of size
-   ``epsilon`` is MALA with ``sigma_R^2 = epsilon^2``.
+3. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up, shrunk
+   in proportion when the Fisher phase ended early): ``R`` frozen, NUTS (or HMC) in
+   whitened coordinates with the leapfrog step tuned by dual averaging (Hoffman and
+   Gelman, 2014; BlackJAX's implementation) towards acceptance 0.8. It starts from
+   FisherMALA's normalized step: one leapfrog step of size ``epsilon`` is MALA with
+   ``sigma_R^2 = epsilon^2``.
 
 The hand-over point matters: NUTS is only as good as ``R``, and ``R`` improves with the
-number of Fisher iterations (see the Fisher NUTS page of the documentation for the
-measured trade-off).
+number of Fisher iterations until it settles, which the stopping rule detects (the Fisher
+NUTS page of the documentation has the measurements).
 """
 
 from collections.abc import Callable
@@ -33,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fisher_mala import validation
-from fisher_mala.adaptation import FisherMALAWarmup, WarmupInfo, WarmupParameters
+from fisher_mala.adaptation import FisherMALAWarmup, WarmupInfo, WarmupParameters, extend_info
 from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.pytree import ravel
@@ -55,6 +58,8 @@ __all__ = [
     "DIAGONAL_NOISE_FACTOR",
     "METRICS",
     "PROBE_SIGNALS_PER_DIM",
+    "LEARNED_NOISE_FACTOR",
+    "block_condition_number",
     "correlation_condition_number",
     "diagonal_suffices",
     "noise_condition_number",
@@ -93,6 +98,11 @@ AUTO_MAX_DIM = 4096
 #: scales of a diagonal ``A`` are learned to a relative error of about ``sqrt(2 / n)``,
 #: under 5% with the at least 1000 signals of one block of the adaptive phase.
 PROBE_SIGNALS_PER_DIM = 16
+#: The stopping rule (:meth:`FisherHMCWarmup.learned`) ends the Fisher phase when the
+#: newest block's whitened signals have a condition number within this factor of sampling
+#: noise's. Measured on the race's targets (``python -m benchmarks.stopping_rule``): 0.9
+#: to 1.7 once ``R`` has settled, 2.3 to ``10^7`` before.
+LEARNED_NOISE_FACTOR = 2.0
 
 
 class FisherHMCWarmup:
@@ -114,6 +124,12 @@ class FisherHMCWarmup:
         Dual-averaging target (0.8).
     max_num_doublings, num_integration_steps, divergence_threshold
         As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
+    stopping_rule
+        ``True`` (default): the Fisher phase ends early, at the first block of
+        :attr:`block` iterations whose signals agree with the ``R`` learned before them
+        within sampling noise (:meth:`learned`); ``num_warmup`` is then an upper bound.
+        ``False``: the Fisher phase has its full length. Looks on the host, like
+        ``metric="auto"``: under ``jit`` pass ``False`` (and a forced metric).
     metric
         ``"auto"`` (default): after the Fisher phase, a diagonal ``R`` (the learned ``A``'s
         diagonal, ``O(d)`` per leapfrog step) when the learned correlations are within
@@ -143,6 +159,7 @@ class FisherHMCWarmup:
         divergence_threshold: float = 1000.0,
         score_prior_weight: float | None = None,
         metric: str = "auto",
+        stopping_rule: bool = True,
         **fisher_options,
     ):
         require_blackjax()
@@ -177,6 +194,8 @@ class FisherHMCWarmup:
         self.algorithm = algorithm
         self.score_prior_weight = score_prior_weight
         self.metric = metric
+        self.stopping_rule = bool(stopping_rule)
+        self.fisher_options = fisher_options
         blackjax = require_blackjax()
         self.target_acceptance = float(hmc_target_acceptance_rate)
         self.dual_averaging = blackjax.adaptation.step_size.dual_averaging_adaptation(
@@ -186,8 +205,19 @@ class FisherHMCWarmup:
 
     @property
     def staged(self) -> bool:
-        """Whether the metric is chosen between the compiled phases (``metric="auto"``)."""
-        return self.metric == "auto" and self.score_prior_weight is None
+        """Whether the warm-up runs in compiled parts with choices on the host between
+        them (``metric="auto"`` or the stopping rule)."""
+        return self.score_prior_weight is None and (self.metric == "auto" or self.rule_applies)
+
+    @property
+    def rule_applies(self) -> bool:
+        """Whether the stopping rule is on (it needs Proposition 4's running sum)."""
+        return (
+            self.stopping_rule
+            and self.score_prior_weight is None
+            and self.fisher_options.get("learning_rate") is None
+            and self.fisher_options.get("signal", "rao_blackwell") != "centered"
+        )
 
     def split(self, num_steps: int) -> tuple[int, int]:
         """``(Fisher iterations, step-size iterations)`` of a warm-up of ``num_steps``."""
@@ -196,6 +226,17 @@ class FisherHMCWarmup:
             tune = round(STEP_SIZE_FRACTION * num_steps)
         tune = min(int(tune), num_steps)
         return num_steps - tune, tune
+
+    def tuning_steps(self, num_steps: int, num_fisher_done: int) -> int:
+        """Step-size iterations after a Fisher phase of ``num_fisher_done`` iterations.
+
+        The planned share of the warm-up (:meth:`split`), shrunk in proportion when the
+        Fisher phase ended early (``num_step_size_steps``, when given, is kept).
+        """
+        num_fisher, num_tune = self.split(num_steps)
+        if self.num_step_size_steps is not None or num_fisher_done >= num_fisher:
+            return num_tune
+        return round(num_tune * num_fisher_done / num_fisher)
 
     def _tune_step_size(self, rng_key, state, initial_step, num_steps, offset, progress):
         """Dual averaging of the leapfrog step for one chain (and, optionally, more learning).
@@ -336,6 +377,8 @@ class FisherHMCWarmup:
         if not self.staged:
             return num_fisher
         num_mala = min(self.fisher.num_mala_steps, num_fisher)
+        if self.metric != "auto":  # only the stopping rule: its first look after one block
+            return min(num_mala + self.fisher.block, num_fisher)
         block = self.fisher.block
         needed = -(-PROBE_SIGNALS_PER_DIM * dim // signals_per_iteration)
         return min(num_mala + block * -(-needed // block), num_fisher)
@@ -355,17 +398,18 @@ class FisherHMCWarmup:
         first = self.first_fisher_iterations(num_fisher, dim, num_chains)
         return self.fisher.run_batch(key_fisher, positions, num_fisher, progress, first)
 
-    def fisher_resume(self, rng_key, fisher_out, num_steps: int, progress=None):
-        """The rest of one chain's Fisher phase after :meth:`fisher_stage`."""
+    def fisher_resume(self, rng_key, carry, num_steps: int, progress=None, num_more=0):
+        """``num_more`` more Fisher iterations of one chain after :meth:`fisher_stage`
+        (``carry`` is its ``(state, parameters)``; the info returned covers them only)."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
-        return self.fisher.resume(key_fisher, fisher_out, num_fisher, progress)
+        return self.fisher.resume(key_fisher, carry, num_fisher, progress, num_more)
 
-    def fisher_resume_batch(self, rng_key, fisher_out, num_steps: int, progress=None):
-        """The rest of the pooled Fisher phase after :meth:`fisher_stage_batch`."""
+    def fisher_resume_batch(self, rng_key, carry, num_steps: int, progress=None, num_more=0):
+        """``num_more`` more pooled Fisher iterations after :meth:`fisher_stage_batch`."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
-        return self.fisher.resume_batch(key_fisher, fisher_out, num_fisher, progress)
+        return self.fisher.resume_batch(key_fisher, carry, num_fisher, progress, num_more)
 
     def fisher_complete(self, fisher_out, num_steps: int) -> bool:
         """Whether ``fisher_out`` has run the whole Fisher phase of the warm-up."""
@@ -379,16 +423,59 @@ class FisherHMCWarmup:
 
         The Fisher phase's first part, then the metric (:meth:`choose`). A diagonal
         metric ends the Fisher phase there: it needs only the learned scales, which many
-        fewer signals than the dense ``R`` give. Otherwise the rest of the Fisher phase,
+        fewer signals than the dense ``R`` give. Otherwise the Fisher phase goes on one
+        block at a time until the stopping rule (:meth:`learned`) or its full length, then
         the metric again, and the step-size phase.
         """
         on_host = on_host or (lambda fn, *args: fn(*args))
         out = call("fisher_stage", positions)
         metric = on_host(self.choose, out[0][0])
-        if metric != "diagonal" and not self.fisher_complete(out, num_steps):
-            out = call("fisher_resume", out)
-            metric = on_host(self.choose, out[0][0])
+        if metric == "diagonal" and self.metric == "auto":
+            return call("tuning_stage", out, metric)
+        num_fisher, _ = self.split(num_steps)
+        while not self.fisher_complete(out, num_steps):
+            num_more = num_fisher - out[1].acceptance_rate.shape[-1]
+            if self.rule_applies:  # one block at a time, each looked at
+                num_more = min(self.fisher.block, num_more)
+            carry, more = call("fisher_resume", out[0], num_more)
+            learned = on_host(self.learned, out[0][0], carry[0])
+            out = (carry, extend_info(out[1], more))
+            if learned:
+                break
+        metric = on_host(self.choose, out[0][0])
         return call("tuning_stage", out, metric)
+
+    def learned(self, previous, state) -> bool:
+        """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``).
+
+        Proposition 4 learns the un-normalized Fisher matrix
+        ``F_n = (R_n R_n^T)^{-1} = lambda I + sum_{i <= n} s_i s_i^T``, so the signals
+        absorbed between ``previous`` and ``state`` alone, whitened by the earlier ``R``,
+        sum to ``M = X^T X - I`` with ``X = R_now^{-1} R_prev``. Were the earlier ``R``
+        already right, ``M``'s condition number would be sampling noise, about the
+        Marchenko-Pastur ratio for that many signals (:func:`noise_condition_number`). The
+        rule: within :data:`LEARNED_NOISE_FACTOR` of it on every chain. Unlike the change
+        of the running average, which shrinks with the iteration count whether or not
+        ``R`` is right, ``M`` compares the newest signals with the estimate before them.
+        Runs on the host, ``O(d^3)`` per chain.
+        """
+        if not self.rule_applies:
+            return False
+        r_prev, r_now = previous.sqrt_precond, state.sqrt_precond
+        if not validation.is_concrete((r_prev, r_now)):
+            raise ValueError(
+                "The stopping rule looks at R on the host between compiled parts of the "
+                "Fisher phase; under jit pass stopping_rule=False."
+            )
+        num_signals = np.asarray(state.count, np.float64) - np.asarray(previous.count)
+        if self.pooled:  # one rank-C update per iteration
+            num_signals = num_signals * np.shape(state.whitened_grad)[0]
+        dim = np.shape(r_now)[-1]
+        if dim > AUTO_MAX_DIM:
+            return False
+        noise = noise_condition_number(dim, np.min(num_signals))
+        kappa = block_condition_number(r_prev, r_now)
+        return bool(np.isfinite(noise) and np.all(kappa <= LEARNED_NOISE_FACTOR * noise))
 
     def choose(self, fisher_state) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
@@ -418,10 +505,10 @@ class FisherHMCWarmup:
     def tuning_stage(self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"):
         """The step-size phase of one chain after its Fisher phase, with ``metric``."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
-        _, num_tune = self.split(num_steps)
         _, key_tune = jax.random.split(rng_key)
         (fstate, _), finfo = fisher_out
         num_fisher = finfo.acceptance_rate.shape[-1]
+        num_tune = self.tuning_steps(num_steps, num_fisher)
         state = _hand_over(fstate, metric, ravel(fstate.logdensity_grad))
         initial = self._initial_leapfrog_step(fstate, fstate.whitened_grad.shape[-1])
         state, step, info, mean_sq = self._tune_step_size(
@@ -437,10 +524,10 @@ class FisherHMCWarmup:
     ):
         """The step-size phase of every chain after the pooled Fisher phase."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
-        _, num_tune = self.split(num_steps)
         _, key_tune = jax.random.split(rng_key)
         (pstate, _), finfo = fisher_out
         num_fisher = finfo.acceptance_rate.shape[-1]
+        num_tune = self.tuning_steps(num_steps, num_fisher)
         num_chains, dim = pstate.whitened_grad.shape
         grads = jax.vmap(ravel)(pstate.logdensity_grad)
         shared = _hand_over(pstate, metric, grads)
@@ -509,6 +596,21 @@ def diagonal_suffices(sqrt_precond, num_signals) -> bool:
     kappa = correlation_condition_number(sqrt_precond)
     bound = DIAGONAL_NOISE_FACTOR * noise_condition_number(dim, num_signals)
     return bool(np.all(kappa <= bound))
+
+
+def block_condition_number(sqrt_prev, sqrt_now) -> np.ndarray:
+    """Condition number of ``M = R_prev^T (F_now - F_prev) R_prev`` per leading index.
+
+    ``F = (R R^T)^{-1}``; ``M = X^T X - I`` with ``X = R_now^{-1} R_prev`` (one solve), in
+    float64 on the host. Infinite where ``M`` is not positive definite.
+    """
+    r_prev, r_now = (np.asarray(r, np.float64) for r in (sqrt_prev, sqrt_now))
+    x = np.linalg.solve(r_now, r_prev)
+    m = np.swapaxes(x, -1, -2) @ x - np.eye(r_prev.shape[-1])
+    eigenvalues = np.linalg.eigvalsh(m)
+    smallest, largest = eigenvalues[..., 0], eigenvalues[..., -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(smallest > 0, largest / smallest, np.inf)
 
 
 def correlation_condition_number(sqrt_precond) -> np.ndarray:

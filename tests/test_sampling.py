@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fisher_mala as fm
-from fisher_mala.adaptation import FisherMALAWarmup, find_reasonable_step_size
+from fisher_mala.adaptation import FisherMALAWarmup, extend_info, find_reasonable_step_size
 from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
 from fisher_mala.progress import ProgressBar
 
@@ -92,7 +92,7 @@ def test_warmup_trace_at_an_interval():
 
 @pytest.mark.parametrize("pooled", [False, True])
 def test_a_warmup_stopped_and_resumed_is_the_same_chain(pooled):
-    """``run(..., stop_after=k)`` then ``resume`` equals one ``run`` (k ends a block)."""
+    """``run(..., stop_after=k)`` then ``resume`` by blocks equals one ``run``."""
     options = dict(num_mala_steps=100, trace_every=200, record_precond=True)
     key = jax.random.key(0)
     if pooled:
@@ -104,10 +104,14 @@ def test_a_warmup_stopped_and_resumed_is_the_same_chain(pooled):
         x0 = jnp.zeros(4)
         run, resume = warmup.run, warmup.resume
     whole = run(key, x0, 1100)
-    part = run(key, x0, 1100, stop_after=500)
-    assert part[1].acceptance_rate.shape[-1] == 500
-    assert part[1].trace.iteration.tolist() == [300, 500]
-    chex.assert_trees_all_equal(resume(key, part, 1100), whole)
+    carry, info = run(key, x0, 1100, stop_after=500)
+    assert info.acceptance_rate.shape[-1] == 500
+    assert info.trace.iteration.tolist() == [300, 500]
+    for num_more in (400, 200):  # two blocks, then one; the info of each appended
+        carry, more = resume(key, carry, 1100, None, num_more)
+        assert more.acceptance_rate.shape[-1] == num_more
+        info = extend_info(info, more)
+    chex.assert_trees_all_equal((carry, info), whole)
 
 
 def test_step_size_search_brackets_the_target():

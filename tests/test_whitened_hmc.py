@@ -2,6 +2,7 @@
 invariance, the warm-up, and correctness by MCSE z-scores."""
 
 import importlib
+import types
 
 import chex
 import jax
@@ -92,6 +93,67 @@ def test_correlation_condition_number_against_dense_linear_algebra(x64):
     )
 
 
+def test_block_condition_number_is_that_of_the_block_signals_alone(x64):
+    """``kappa(X^T X - I)``, ``X = R_now^{-1} R_prev``, is the condition number of the new
+    signals whitened by the earlier R (Proposition 4's un-normalized F = (R R^T)^{-1})."""
+    warmup_module = importlib.import_module("fisher_mala.whitened_warmup")
+    rng = np.random.default_rng(3)
+    d, n = 6, 40
+    r_prev = np.linalg.cholesky(random_covariance(d, seed=4)) / 5.0
+    signals = rng.normal(size=(n, d)) @ np.diag(np.geomspace(0.5, 4.0, d))
+    f_now = np.linalg.inv(r_prev @ r_prev.T) + signals.T @ signals
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))  # any square root of F_now^{-1} will do
+    r_now = np.linalg.cholesky(np.linalg.inv(f_now)) @ q
+    whitened = signals @ r_prev
+    expected = np.linalg.cond(whitened.T @ whitened)
+    np.testing.assert_allclose(warmup_module.block_condition_number(r_prev, r_now), expected,
+                               rtol=1e-8)
+
+
+def _state(sqrt_precond, count):
+    return types.SimpleNamespace(sqrt_precond=sqrt_precond, count=np.asarray(count),
+                                 whitened_grad=np.zeros(sqrt_precond.shape[:-1]))
+
+
+def test_stopping_rule_tells_a_settled_r_from_one_still_learning():
+    """With independent Fisher signals of N(0, S^{-1}): an earlier R that already estimates
+    S passes the rule after one block; the identity does not."""
+    rng = np.random.default_rng(5)
+    d, n_prev, block = 20, 3000, 1000
+    sd = np.geomspace(0.2, 5.0, d)
+    rule = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+
+    def look(r_prev):
+        new = rng.normal(size=(block, d)) / sd  # scores of N(0, diag(sd^2))
+        f_now = np.linalg.inv(r_prev @ r_prev.T) + new.T @ new
+        r_now = np.linalg.cholesky(np.linalg.inv(f_now))
+        return rule.learned(_state(r_prev, n_prev), _state(r_now, n_prev + block))
+
+    settled = np.diag(sd) / np.sqrt(n_prev)  # F_prev = n_prev S^{-1}
+    assert look(settled)
+    assert not look(np.eye(d) / np.sqrt(n_prev))
+    assert not fm.whitened_warmup.FisherHMCWarmup(
+        lambda x: -jnp.sum(x**2), metric="dense", stopping_rule=False
+    ).learned(_state(settled, n_prev), _state(settled, n_prev + block))
+
+
+def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
+    d = 10
+    c = random_covariance(d, seed=11, jitter=0.5)
+    target = fm.targets.gaussian("corr10", np.zeros(d), c)
+    x0 = target.initial_positions(jax.random.key(0), 4)
+    result = fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
+                       num_warmup=10000, num_samples=1000, metric="dense")
+    warm = fm.whitened_warmup.FisherHMCWarmup(target.logdensity_fn, metric="dense")
+    num_fisher, _ = warm.split(10000)
+    # ended by the rule after a whole number of blocks, the step-size phase shrunk with it
+    stops = [n for n in range(warm.fisher.num_mala_steps, num_fisher, warm.fisher.block)
+             if n + warm.tuning_steps(10000, n) == result.warmup_info.acceptance_rate.shape[-1]]
+    assert stops, result.warmup_info.acceptance_rate.shape
+    z = _z_scores(result.samples, np.zeros(d), np.sqrt(np.diag(c)))
+    assert np.all(np.abs(z) < 4.5), z
+
+
 def test_noise_condition_number_is_that_of_independent_draws():
     """The Marchenko-Pastur edges predict the sample correlation of independent draws."""
     warmup_module = importlib.import_module("fisher_mala.whitened_warmup")
@@ -119,7 +181,8 @@ def test_auto_metric_is_diagonal_exactly_when_the_posterior_is_independent(poole
     num_fisher, num_tune = warm.split(2000)
     first = warm.first_fisher_iterations(num_fisher, d, 4 if pooled else 1)
     assert first < num_fisher
-    assert result.warmup_info.acceptance_rate.shape[-1] == first + num_tune
+    assert num_tune > warm.tuning_steps(2000, first)  # shrunk with the Fisher phase
+    assert result.warmup_info.acceptance_rate.shape[-1] == first + warm.tuning_steps(2000, first)
     learned = np.asarray(result.parameters.sqrt_precond.scale).reshape(-1, d)
     assert np.all(np.abs(learned / sd - 1) < 0.3), learned / sd
     z = _z_scores(result.samples, np.zeros(d), sd)
@@ -154,7 +217,8 @@ def test_auto_metric_on_a_correlated_posterior_is_the_dense_chain(pooled):
     assert warm.first_fisher_iterations(num_fisher, d, 4 if pooled else 1) < num_fisher
     auto, dense = (
         fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0, num_warmup=2000,
-                  num_samples=200, pooled=pooled, metric=metric, diagnose=False)
+                  num_samples=200, pooled=pooled, metric=metric, stopping_rule=False,
+                  diagnose=False)
         for metric in ("auto", "dense")
     )
     assert not isinstance(auto.parameters.sqrt_precond, fm.DiagonalSqrt)
@@ -167,7 +231,12 @@ def test_auto_metric_needs_concrete_values_under_jit():
     warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2))
     with pytest.raises(ValueError, match="under jit pass metric="):
         jax.jit(lambda x: warm.run(jax.random.key(0), x, 100)[0][0].position)(jnp.ones(3))
-    dense = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+    with pytest.raises(ValueError, match="under jit pass stopping_rule=False"):
+        jax.jit(lambda x: fm.whitened_warmup.FisherHMCWarmup(
+            lambda x: -jnp.sum(x**2), metric="dense").run(jax.random.key(0), x, 2000)[0][0]
+            .position)(jnp.ones(3))
+    dense = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense",
+                                               stopping_rule=False)
     out = jax.jit(lambda x: dense.run(jax.random.key(0), x, 100)[0][0].position)(jnp.ones(3))
     assert np.all(np.isfinite(np.asarray(out)))
 
