@@ -552,8 +552,10 @@ class FisherHMCWarmup:
     def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
         """Warm up one chain; returns ``(state, parameters), info``.
 
-        With ``metric="auto"`` the choice of metric needs concrete values (call it outside
-        ``jit``, as BlackJAX's ``window_adaptation(...).run``).
+        With ``metric="auto"`` or the stopping rule (the defaults) the looks at ``R`` need
+        concrete values: call it outside ``jit``, as BlackJAX's
+        ``window_adaptation(...).run``, or pass a forced ``metric`` and
+        ``stopping_rule=False``.
         """
 
         def call(method, argument, *extra):

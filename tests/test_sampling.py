@@ -93,7 +93,7 @@ def test_warmup_trace_at_an_interval():
 @pytest.mark.parametrize("pooled", [False, True])
 def test_a_warmup_stopped_and_resumed_is_the_same_chain(pooled):
     """``run(..., stop_after=k)`` then ``resume`` by blocks equals one ``run``."""
-    options = dict(num_mala_steps=100, trace_every=200, record_precond=True)
+    options = dict(num_mala_steps=20, trace_every=100, record_precond=True)
     key = jax.random.key(0)
     if pooled:
         warmup = PooledFisherMALAWarmup(TARGET.logdensity_fn, **options)
@@ -103,12 +103,12 @@ def test_a_warmup_stopped_and_resumed_is_the_same_chain(pooled):
         warmup = FisherMALAWarmup(TARGET.logdensity_fn, **options)
         x0 = jnp.zeros(4)
         run, resume = warmup.run, warmup.resume
-    whole = run(key, x0, 1100)
-    carry, info = run(key, x0, 1100, stop_after=500)
-    assert info.acceptance_rate.shape[-1] == 500
-    assert info.trace.iteration.tolist() == [300, 500]
-    for num_more in (400, 200):  # two blocks, then one; the info of each appended
-        carry, more = resume(key, carry, 1100, None, num_more)
+    whole = run(key, x0, 420)
+    carry, info = run(key, x0, 420, stop_after=220)
+    assert info.acceptance_rate.shape[-1] == 220
+    assert info.trace.iteration.tolist() == [120, 220]
+    for num_more in (100, 100):  # one block at a time, the info of each appended
+        carry, more = resume(key, carry, 420, None, num_more)
         assert more.acceptance_rate.shape[-1] == num_more
         info = extend_info(info, more)
     chex.assert_trees_all_equal((carry, info), whole)
