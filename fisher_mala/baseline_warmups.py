@@ -389,8 +389,9 @@ class PooledFisherMALAWarmup(MALAWarmup):
             jnp.median(steps),
             self.damping,
         )
-        pstate, chain_first, trace = self._adapt(rng_key, pstate, stop - num_mala, num_mala,
-                                                 progress)
+        pstate, chain_first, trace = self._adapt(
+            rng_key, pstate, stop - num_mala, num_mala, progress
+        )
         rates = [
             jnp.concatenate([a, b], axis=1)
             for a, b in zip(_rates_tuple(info_mala), _rates_tuple(chain_first), strict=True)

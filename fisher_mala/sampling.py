@@ -706,12 +706,17 @@ def sample(
         def call(method, argument, *extra):
             # a stage called again with arguments of the same structure (the Fisher phase's
             # blocks) reuses its executable
-            signature = (method, extra, jax.tree.structure(argument),
-                         tuple((x.shape, x.dtype) for x in jax.tree.leaves(argument)))
+            signature = (
+                method,
+                extra,
+                jax.tree.structure(argument),
+                tuple((x.shape, x.dtype) for x in jax.tree.leaves(argument)),
+            )
             if signature not in compiled:
                 start = time.perf_counter()
-                compiled[signature] = jax.jit(stage(method, *extra)).lower(
-                    keys, argument, data).compile()
+                compiled[signature] = (
+                    jax.jit(stage(method, *extra)).lower(keys, argument, data).compile()
+                )
                 compile_seconds.append(time.perf_counter() - start)
             start = time.perf_counter()
             out = jax.block_until_ready(compiled[signature](keys, argument, data))
