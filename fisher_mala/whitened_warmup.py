@@ -435,7 +435,7 @@ class FisherHMCWarmup:
         num_fisher, _ = self.split(num_steps)
         while not self.fisher_complete(out, num_steps):
             num_more = num_fisher - out[1].acceptance_rate.shape[-1]
-            if self.rule_applies:  # one block at a time, each looked at
+            if self._rule_can_stop(out[0][0]):  # one block at a time, each looked at
                 num_more = min(self.fisher.block, num_more)
             carry, more = call("fisher_resume", out[0], num_more)
             learned = on_host(self.learned, out[0][0], carry[0])
@@ -444,6 +444,12 @@ class FisherHMCWarmup:
                 break
         metric = on_host(self.choose, out[0][0])
         return call("tuning_stage", out, metric)
+
+    def _rule_can_stop(self, state) -> bool:
+        """Whether the stopping rule is on and a block has the ``4 d`` signals it needs."""
+        dim = np.shape(state.sqrt_precond)[-1]
+        per_block = self.fisher.block * (np.shape(state.whitened_grad)[0] if self.pooled else 1)
+        return self.rule_applies and dim <= AUTO_MAX_DIM and 4 * dim <= per_block
 
     def learned(self, previous, state) -> bool:
         """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``).

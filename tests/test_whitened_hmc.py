@@ -132,6 +132,9 @@ def test_stopping_rule_tells_a_settled_r_from_one_still_learning():
     settled = np.diag(sd) / np.sqrt(n_prev)  # F_prev = n_prev S^{-1}
     assert look(settled)
     assert not look(np.eye(d) / np.sqrt(n_prev))
+    # a block of 1000 signals says nothing about d > 250: the phase then runs in one piece
+    assert rule._rule_can_stop(_state(settled, n_prev))
+    assert not rule._rule_can_stop(_state(np.eye(300), n_prev))
     assert not fm.whitened_warmup.FisherHMCWarmup(
         lambda x: -jnp.sum(x**2), metric="dense", stopping_rule=False
     ).learned(_state(settled, n_prev), _state(settled, n_prev + block))
@@ -191,7 +194,9 @@ def test_auto_metric_is_diagonal_exactly_when_the_posterior_is_independent(poole
     # a correlated posterior stays dense: test_auto_metric_on_a_correlated_posterior_...
 
 
-@pytest.mark.parametrize("pooled", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow  # 35-48 s; the split Fisher phase is the same chain: test_sampling's
+# test_a_warmup_stopped_and_resumed_is_the_same_chain, in CI
+@pytest.mark.parametrize("pooled", [False, True])
 def test_auto_metric_on_a_correlated_posterior_is_the_dense_chain(pooled):
     """The look at the metric part-way through the Fisher phase changes nothing when R stays
     dense: the phase run in two parts is the same chain as in one (``metric="dense"``)."""
