@@ -390,21 +390,8 @@ class FisherMALAWarmup(MALAWarmup):
         return self.trace_every or TRACE_REFRESH_EVERY
 
     def _adapt(self, rng_key, fstate, num_steps, offset, progress):
-        key_fisher = jax.random.split(rng_key)[1]
-
-        def step_fn(fstate, iteration):
-            key = jax.random.fold_in(key_fisher, iteration)
-            return self.kernel(key, fstate, self.logdensity_fn, self.target, self.rho)
-
-        return adaptive_phase(
-            step_fn,
-            fstate,
-            num_steps,
-            offset,
-            block=self.block,
-            finish_block=fisher.refresh_trace,
-            snapshot=self._snapshot,
-            progress=progress,
+        return adaptive_iterations(
+            self, rng_key, fstate, num_steps, offset, progress, fisher.refresh_trace
         )
 
     def run(
@@ -517,6 +504,30 @@ def snapshot(sqrt_precond, trace, step_size, iteration, record_precond: bool) ->
     if record_precond:
         precond = (sqrt_precond @ sqrt_precond.T) * (sqrt_precond.shape[0] / trace)
     return WarmupTrace(iteration, step_size, precond)
+
+
+def adaptive_iterations(warmup, rng_key, state, num_steps, offset, progress, finish_block):
+    """``num_steps`` adaptive iterations of ``warmup.kernel`` from iteration ``offset``.
+
+    The keys are ``fold_in(split(rng_key)[1], iteration)``, so a phase run in parts is the
+    same chain as in one; ``finish_block`` re-anchors the trace every ``warmup.block``.
+    """
+    key_adapt = jax.random.split(rng_key)[1]
+
+    def step_fn(state, iteration):
+        key = jax.random.fold_in(key_adapt, iteration)
+        return warmup.kernel(key, state, warmup.logdensity_fn, warmup.target, warmup.rho)
+
+    return adaptive_phase(
+        step_fn,
+        state,
+        num_steps,
+        offset,
+        block=warmup.block,
+        finish_block=finish_block,
+        snapshot=warmup._snapshot,
+        progress=progress,
+    )
 
 
 def adaptive_phase(step_fn, state, num_steps, offset, block, finish_block, snapshot, progress):

@@ -34,6 +34,7 @@ from fisher_mala.adaptation import (
     WarmupParameters,
     _concat_infos,
     _initial_state_and_step,
+    adaptive_iterations,
     adaptive_phase,
     bracket_step_size,
     find_reasonable_step_size,
@@ -346,21 +347,8 @@ class PooledFisherMALAWarmup(MALAWarmup):
 
     def _adapt(self, rng_key, pstate, num_steps, offset, progress):
         """Pooled adaptive iterations; per-iteration info with the chains first."""
-        key_pooled = jax.random.split(rng_key)[1]
-
-        def step_fn(state, iteration):
-            key = jax.random.fold_in(key_pooled, iteration)
-            return self.kernel(key, state, self.logdensity_fn, self.target, self.rho)
-
-        pstate, info, trace = adaptive_phase(
-            step_fn,
-            pstate,
-            num_steps,
-            offset,
-            block=self.block,
-            finish_block=pooled.refresh_trace,
-            snapshot=self._snapshot,
-            progress=progress,
+        pstate, info, trace = adaptive_iterations(
+            self, rng_key, pstate, num_steps, offset, progress, pooled.refresh_trace
         )
         return pstate, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), info), trace
 
