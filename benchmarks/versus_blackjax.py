@@ -227,6 +227,8 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         protocol["damping"] = DAMPING if damping is None else damping
         protocol["metric"] = getattr(args, "metric", "auto")
         protocol["stopping_rule"] = getattr(args, "stopping_rule", "on") == "on"
+        if getattr(args, "target_acceptance", None) is not None:
+            protocol["target_acceptance"] = args.target_acceptance
     if sampler not in NUTPIE and jax.default_backend() == "cpu":
         protocol["cpu_devices"] = jax.device_count()
     if cells.is_done(path, protocol):
@@ -252,6 +254,8 @@ def _run_and_record(target_name, sampler, args, protocol, path):
                  "stopping_rule": protocol["stopping_rule"]}
         if "score_prior_weight" in protocol and not pooled:
             extra["score_prior_weight"] = protocol["score_prior_weight"]
+        if "target_acceptance" in protocol:
+            extra["hmc_target_acceptance_rate"] = protocol["target_acceptance"]
         r = fm.sample(key_run, name, target.logdensity_fn, positions,
                       num_warmup=args.fisher_warmup, num_samples=args.samples,
                       pooled=pooled, **extra)
@@ -259,7 +263,10 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
         chosen = isinstance(r.parameters.sqrt_precond, fm.DiagonalSqrt)
         extra_record = {"metric_chosen": "diagonal" if chosen else "dense",
-                        "warmup_iterations": int(r.warmup_info.acceptance_rate.shape[-1])}
+                        "warmup_iterations": int(r.warmup_info.acceptance_rate.shape[-1]),
+                        "step_size": np.asarray(r.parameters.step_size).tolist(),
+                        "acceptance_mean": float(np.mean(r.sample_stats["acceptance_rate"])),
+                        "divergences": int(np.sum(r.sample_stats["is_divergent"]))}
     elif sampler in NUTPIE:
         draws, grads, compile_s, warm_s, sample_s = _run_nutpie(
             target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup,
@@ -482,6 +489,9 @@ def render_damping(main_root=RESULTS) -> str:
     return "\n".join(lines)
 
 
+#: Fisher NUTS with the stopping rule on and off, by warm-up length
+#: (``--fisher-warmup W --stopping-rule R --root STOPPING/warmup_W/rule_R``).
+STOPPING = RESULTS.parent / "fisher_nuts_stopping"
 KEEP_LEARNING = RESULTS.parent / "fisher_nuts_keep_learning"
 #: ``--repeats K``: the same cells run K times more (rep0, rep1, ...), interleaved, for the
 #: targets where one run's ratio is within the shared machine's noise.
@@ -509,7 +519,10 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
     variants = sorted(root.glob("n0_*"), key=lambda p: float(p.name[3:]))
     head = ["frozen R", *[f"learning, n0 = {p.name[3:]}" for p in variants]]
     lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
-    frozen_roots = [main_root, *DAMPING_ROOT.glob("lambda_*")]
+    # The learning variants run the whole Fisher phase (the stopping rule needs a frozen
+    # R), so the frozen R they are compared with is the whole phase's too, when measured.
+    frozen_roots = [STOPPING / "warmup_5000" / "rule_off", main_root,
+                    *DAMPING_ROOT.glob("lambda_*")]
     dampings = set()
     for target in (*TARGETS, *POSTERIORDB):
         paths = [p / target / "fisher_nuts.json" for p in variants]
@@ -517,9 +530,13 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
             continue
         learning = [json.loads(p.read_text()) for p in paths]
         damping = _damping(learning[0])
+        if any(_damping(r) != damping for r in learning):
+            continue  # a variant not yet rerun at this damping
         frozen = [r for p in frozen_roots if (path := p / target / "fisher_nuts.json").exists()
                   and _damping(r := json.loads(path.read_text())) == damping
-                  and r.get("metric_chosen") != "diagonal"]  # learning keeps a dense R
+                  and r.get("metric_chosen") != "diagonal"  # learning keeps a dense R
+                  and _is_full(r["protocol"])]
+        frozen.sort(key=lambda r: r["protocol"].get("stopping_rule", False))
         if not frozen:
             continue
         dampings.add(damping)
@@ -528,11 +545,6 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
     return {"keep_learning_table": "\n".join(lines),
             "keep_learning_damping": ", ".join(f"{d:g}" for d in sorted(dampings))}
-
-
-#: Fisher NUTS with the stopping rule on and off, by warm-up length
-#: (``--fisher-warmup W --stopping-rule R --root STOPPING/warmup_W/rule_R``).
-STOPPING = RESULTS.parent / "fisher_nuts_stopping"
 
 
 def render_stopping(root=STOPPING) -> str:
@@ -556,6 +568,36 @@ def render_stopping(root=STOPPING) -> str:
                 f"{off['bulk_min_per_second']:.0f} / {on['bulk_min_per_second']:.0f} | "
                 f"{off['bulk_min_per_grad']:.3f} / {on['bulk_min_per_grad']:.3f} |")
     return "\n".join(lines)
+
+
+#: Fisher NUTS by the step-size phase's dual-averaging target
+#: (``--target-acceptance A --root ACCEPTANCE/accept_A``).
+ACCEPTANCE = RESULTS.parent / "fisher_nuts_acceptance"
+
+
+def render_acceptance(root=ACCEPTANCE) -> dict:
+    """Fisher NUTS's min ESS per gradient, step and gradients per draw, by target acceptance."""
+    accepts = sorted((p.name.removeprefix("accept_") for p in root.glob("accept_*")),
+                     key=float, reverse=True)
+    head = [f"acceptance {a}" for a in accepts]
+    lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    ratios = []
+    for target in (*TARGETS, *POSTERIORDB):
+        rows = [cells.load(root / f"accept_{a}" / target / "fisher_nuts.json") for a in accepts]
+        if None in rows:
+            continue
+        per_draw = [r["grad_evals"] / (r["protocol"]["chains"] * r["protocol"]["samples"])
+                    for r in rows]
+        lines.append(f"| {target} | " + " | ".join(
+            f"{r['bulk_min_per_grad']:.3f} ({np.mean(r['step_size']):.2f}, {g:.1f})"
+            for r, g in zip(rows, per_draw, strict=True)) + " |")
+        ratios.append([r["bulk_min_per_grad"] / rows[0]["bulk_min_per_grad"] for r in rows[1:]])
+    ratios = np.asarray(ratios)
+    summary = [f"{a}: geometric mean {np.exp(np.mean(np.log(col))):.2f}, "
+               f"{np.sum(col < 1)} of {len(col)} targets lower"
+               for a, col in zip(accepts[1:], ratios.T, strict=True)]
+    return {"acceptance_table": "\n".join(lines), "acceptance_default": accepts[0],
+            "acceptance_summary": "; ".join(summary)}
 
 
 def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
@@ -611,7 +653,7 @@ def render_whitened_page() -> str:
               "handover_table": render_handover(), **render_keep_learning(),
               "chain_method_table": render_chain_method(),
               "stopping_looks_table": stopping_rule.render(),
-              "stopping_table": render_stopping()}
+              "stopping_table": render_stopping(), **render_acceptance()}
     return templating.fill(templating.load("fisher_nuts_race.md"), values).strip()
 
 
@@ -668,6 +710,8 @@ def main(argv=None):
     parser.add_argument("--stopping-rule", default="on", choices=("on", "off"),
                         help="Fisher NUTS / HMC end the Fisher phase by the stopping rule "
                              "(cells before it existed: off)")
+    parser.add_argument("--target-acceptance", type=float, default=None,
+                        help="dual-averaging target of Fisher NUTS / HMC's step-size phase")
     parser.add_argument("--repeats", type=int, default=0,
                         help="run the cells this many times into results/race_repeats/repK")
     parser.add_argument("--render", action="store_true")

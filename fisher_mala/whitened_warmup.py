@@ -129,7 +129,9 @@ class FisherHMCWarmup:
         :attr:`block` iterations whose signals agree with the ``R`` learned before them
         within sampling noise (:meth:`learned`); ``num_warmup`` is then an upper bound.
         ``False``: the Fisher phase has its full length. Looks on the host, like
-        ``metric="auto"``: under ``jit`` pass ``False`` (and a forced metric).
+        ``metric="auto"``: under ``jit`` pass ``False`` (and a forced metric). The rule
+        reads Proposition 4's running sum, so it does not apply (the phase runs in full)
+        with a ``learning_rate`` schedule, the centred signal or ``score_prior_weight``.
     metric
         ``"auto"`` (default): after the Fisher phase, a diagonal ``R`` (the learned ``A``'s
         diagonal, ``O(d)`` per leapfrog step) when the learned correlations are within
