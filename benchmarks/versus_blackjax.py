@@ -305,6 +305,15 @@ def _is_full(protocol) -> bool:
     return all(protocol.get(k) == v for k, v in FULL_PROTOCOL.items())
 
 
+def _per_second(value: float) -> str:
+    """Min ESS/s with one decimal, or three significant digits below 1."""
+    return f"{value:.1f}" if value >= 1 else f"{value:.3g}"
+
+
+#: Marks a peer's cell run with a shortened protocol in the Fisher NUTS race's tables.
+SHORTENED_MARK = "†"
+
+
 def _full_peer(record) -> bool:
     """Whether a peer's cell ran the race's protocol (NUTS cells may have been shortened)."""
     return record["sampler"] not in ("nuts_diag", "nuts_dense") or _is_full(record["protocol"])
@@ -397,11 +406,16 @@ def render_whitened(root=RESULTS) -> dict:
         if not any(s in rows for s in WHITENED):
             continue
         dim = next(iter(rows.values()))["dim"]
-        cells = [f"{rows[s]['bulk_min_per_second']:.1f}{_diagonal_mark(rows[s])}"
+        marks = {s: _diagonal_mark(r) + ("" if _full_peer(r) else SHORTENED_MARK)
+                 for s, r in rows.items()}
+        cells = [f"{_per_second(rows[s]['bulk_min_per_second'])}{marks[s]}"
                  if s in rows else "" for s in names]
-        grads = [f"{rows[s]['bulk_min_per_grad']:.2e}" if s in rows else "" for s in names]
+        grads = [f"{rows[s]['bulk_min_per_grad']:.2e}{marks[s]}" if s in rows else ""
+                 for s in names]
         fisher = max(rows[s]["bulk_min_per_second"] for s in WHITENED[:2] if s in rows)
-        peers = [rows[s]["bulk_min_per_second"] for s in PEERS if s in rows]
+        # a shortened peer's cell is shown, not compared (a short warm-up is not its best)
+        peers = [rows[s]["bulk_min_per_second"] for s in PEERS
+                 if s in rows and _full_peer(rows[s])]
         ratio = f"{fisher / max(peers):.2f}" if peers else ""
         if peers:
             wins.append(fisher >= max(peers))
@@ -682,8 +696,8 @@ def plot_whitened(out=PLOT, root=RESULTS) -> Path:
     fig, ax = plt.subplots(figsize=(12, 4.2))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        values = [json.loads(p.read_text())["bulk_min_per_second"]
-                  if (p := root / t / f"{name}.json").exists() else np.nan for t in targets]
+        records = [cells.load(root / t / f"{name}.json") for t in targets]
+        values = [r["bulk_min_per_second"] if r and _full_peer(r) else np.nan for r in records]
         ax.bar(np.arange(len(targets)) + i * width, values, width, label=name)
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(targets)) + 0.4 - width / 2, targets, rotation=30, ha="right")
