@@ -41,6 +41,7 @@ import fisher_mala as fm
 from benchmarks import cells, templating
 from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
+from fisher_mala.whitened_hmc import NUTS_TARGET_ACCEPTANCE
 from fisher_mala.whitened_warmup import DAMPING, FisherHMCWarmup
 
 RESULTS = Path(__file__).resolve().parent / "results" / "race"
@@ -593,6 +594,7 @@ def render_acceptance(root=ACCEPTANCE) -> dict:
     """Fisher NUTS's min ESS per gradient, step and gradients per draw, by target acceptance."""
     accepts = sorted((p.name.removeprefix("accept_") for p in root.glob("accept_*")),
                      key=float, reverse=True)
+    base = [float(a) for a in accepts].index(NUTS_TARGET_ACCEPTANCE)  # ratios to the default
     head = [f"acceptance {a}" for a in accepts]
     lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
     ratios = []
@@ -605,12 +607,12 @@ def render_acceptance(root=ACCEPTANCE) -> dict:
         lines.append(f"| {target} | " + " | ".join(
             f"{r['bulk_min_per_grad']:.3f} ({np.mean(r['step_size']):.2f}, {g:.1f})"
             for r, g in zip(rows, per_draw, strict=True)) + " |")
-        ratios.append([r["bulk_min_per_grad"] / rows[0]["bulk_min_per_grad"] for r in rows[1:]])
+        ratios.append([r["bulk_min_per_grad"] / rows[base]["bulk_min_per_grad"] for r in rows])
     ratios = np.asarray(ratios)
     summary = [f"{a}: geometric mean {np.exp(np.mean(np.log(col))):.2f}, "
                f"{np.sum(col < 1)} of {len(col)} targets lower"
-               for a, col in zip(accepts[1:], ratios.T, strict=True)]
-    return {"acceptance_table": "\n".join(lines), "acceptance_default": accepts[0],
+               for i, (a, col) in enumerate(zip(accepts, ratios.T, strict=True)) if i != base]
+    return {"acceptance_table": "\n".join(lines), "acceptance_default": accepts[base],
             "acceptance_summary": "; ".join(summary)}
 
 

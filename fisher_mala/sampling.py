@@ -450,13 +450,24 @@ def map_over_chains(
     )(*args)
 
 
-def _compile_and_run(fn, *args):
+def _compile(fn, *args):
+    """``(executable, seconds)``: ``fn`` compiled ahead of time for ``args``."""
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
-    compile_seconds = time.perf_counter() - start
+    return compiled, time.perf_counter() - start
+
+
+def _run(compiled, *args):
+    """``(outputs, seconds)`` of a compiled call, waited for."""
     start = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))
-    return out, compile_seconds, time.perf_counter() - start
+    return out, time.perf_counter() - start
+
+
+def _compile_and_run(fn, *args):
+    compiled, compile_seconds = _compile(fn, *args)
+    out, run_seconds = _run(compiled, *args)
+    return out, compile_seconds, run_seconds
 
 
 def sample(
@@ -713,14 +724,10 @@ def sample(
                 tuple((x.shape, x.dtype) for x in jax.tree.leaves(argument)),
             )
             if signature not in compiled:
-                start = time.perf_counter()
-                compiled[signature] = (
-                    jax.jit(stage(method, *extra)).lower(keys, argument, data).compile()
-                )
-                compile_seconds.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            out = jax.block_until_ready(compiled[signature](keys, argument, data))
-            run_seconds.append(time.perf_counter() - start)
+                compiled[signature], seconds = _compile(stage(method, *extra), keys, argument, data)
+                compile_seconds.append(seconds)
+            out, seconds = _run(compiled[signature], keys, argument, data)
+            run_seconds.append(seconds)
             return out
 
         def on_host(fn, *args):

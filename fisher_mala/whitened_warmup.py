@@ -435,12 +435,13 @@ class FisherHMCWarmup:
         if metric == "diagonal" and self.metric == "auto":
             return call("tuning_stage", out, metric)
         num_fisher, _ = self.split(num_steps)
+        looks = self._rule_can_stop(out[0][0])
         while not self.fisher_complete(out, num_steps):
             num_more = num_fisher - out[1].acceptance_rate.shape[-1]
-            if self._rule_can_stop(out[0][0]):  # one block at a time, each looked at
+            if looks:  # one block at a time, each looked at
                 num_more = min(self.fisher.block, num_more)
             carry, more = call("fisher_resume", out[0], num_more)
-            learned = on_host(self.learned, out[0][0], carry[0])
+            learned = looks and on_host(self.learned, out[0][0], carry[0])
             out = (carry, extend_info(out[1], more))
             if learned:
                 break

@@ -140,6 +140,39 @@ def test_stopping_rule_tells_a_settled_r_from_one_still_learning():
     ).learned(_state(settled, n_prev), _state(settled, n_prev + block))
 
 
+@pytest.mark.parametrize("dim,looks", [(10, 3), (300, 0)])
+def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, looks):
+    """The stage driver, with stand-in stages: one ``learned`` look per block for small d;
+    none (no O(d^3) solve on the host) where a block holds fewer than 4d signals."""
+    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+    num_steps = 5000
+    num_fisher, _ = warm.split(num_steps)  # 4500: 500 MALA + 4 blocks
+
+    def info(n):
+        zeros = np.zeros(n)
+        return fm.adaptation.WarmupInfo(zeros, zeros > 0, zeros == 0, initial_step_size=0.1,
+                                        num_grad_evals=n, trace=None)
+
+    def call(method, argument, *extra):
+        if method == "fisher_stage":
+            first = warm.first_fisher_iterations(num_fisher, dim)
+            return (_state(np.eye(dim), first), None), info(first)
+        if method == "fisher_resume":
+            (num_more,) = extra
+            return (_state(np.eye(dim), argument[0].count + num_more), None), info(num_more)
+        return argument  # tuning_stage: the Fisher phase's output
+
+    seen = []
+
+    def on_host(fn, *args):
+        seen.append(fn.__name__)
+        return False if fn.__name__ == "learned" else fn(*args)
+
+    out = warm.staged_run(call, None, num_steps, on_host)
+    assert out[1].acceptance_rate.shape == (num_fisher,)  # the whole phase, never stopped
+    assert seen.count("learned") == looks
+
+
 def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
     d = 10
     c = random_covariance(d, seed=11, jitter=0.5)
