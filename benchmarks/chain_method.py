@@ -18,8 +18,14 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results" / "chain_method.json"
-CELLS = (("inhomogeneous", False), ("gp", False), ("caravan", False), ("german", False),
-         ("kilpisjarvi", True), ("arK", True))
+CELLS = (
+    ("inhomogeneous", False),
+    ("gp", False),
+    ("caravan", False),
+    ("german", False),
+    ("kilpisjarvi", True),
+    ("arK", True),
+)
 DEVICES = (1, 2)
 
 
@@ -38,14 +44,28 @@ def rows_for_this_process(targets) -> list[dict]:
             dtype = jnp.float64 if x64 else jnp.float32
             x0 = target.initial_positions(jax.random.key(0), 4, dtype)
             for method in ("vectorized", "sequential") * 2:
-                r = fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
-                              num_warmup=5000, num_samples=5000, chain_method=method,
-                              diagnose=False)
+                r = fm.sample(
+                    jax.random.key(1),
+                    "fisher_nuts",
+                    target.logdensity_fn,
+                    x0,
+                    num_warmup=5000,
+                    num_samples=5000,
+                    chain_method=method,
+                    diagnose=False,
+                )
                 ess = float(fm.ess(r.samples, method="bulk", per_chain=False).min())
                 seconds = r.warmup_seconds + r.sampling_seconds
-                rows.append({"target": name, "chain_method": method,
-                             "devices": jax.device_count(), "bulk_min": ess,
-                             "seconds": seconds, "bulk_min_per_second": ess / seconds})
+                rows.append(
+                    {
+                        "target": name,
+                        "chain_method": method,
+                        "devices": jax.device_count(),
+                        "bulk_min": ess,
+                        "seconds": seconds,
+                        "bulk_min_per_second": ess / seconds,
+                    }
+                )
                 print(rows[-1], flush=True)
     return rows
 
@@ -66,8 +86,19 @@ def main() -> None:
     for count in counts:
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}")
         part = OUT.with_suffix(f".{count}.part")
-        subprocess.run([sys.executable, "-m", "benchmarks.chain_method", "--targets",
-                        args.targets, "--part", str(part)], env=env, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.chain_method",
+                "--targets",
+                args.targets,
+                "--part",
+                str(part),
+            ],
+            env=env,
+            check=True,
+        )
         rows += json.loads(part.read_text())
         part.unlink()
     order = {name: i for i, (name, _) in enumerate(CELLS)}

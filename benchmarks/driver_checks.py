@@ -33,12 +33,22 @@ def progress_overhead():
     x0 = target.initial_positions(jax.random.key(0), 4)
     seconds = {}
     for bar in (False, True, False, True):
-        r = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
-                      num_warmup=20_000, num_samples=20_000, progress_bar=bar)
+        r = fm.sample(
+            jax.random.key(1),
+            "fisher_mala",
+            target.logdensity_fn,
+            x0,
+            num_warmup=20_000,
+            num_samples=20_000,
+            progress_bar=bar,
+        )
         total = r.warmup_seconds + r.sampling_seconds
         seconds[bar] = min(seconds.get(bar, np.inf), total)
-    return {"seconds_without": seconds[False], "seconds_with": seconds[True],
-            "ratio": seconds[True] / seconds[False]}
+    return {
+        "seconds_without": seconds[False],
+        "seconds_with": seconds[True],
+        "ratio": seconds[True] / seconds[False],
+    }
 
 
 def initial_guess():
@@ -47,13 +57,26 @@ def initial_guess():
     rows = []
     for search in (True, False):
         for guess in (1e-6, 1e-2, 1.0, 100.0):
-            r = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
-                          num_warmup=20_000, num_samples=20_000, initial_step_size=guess,
-                          find_step_size=search)
+            r = fm.sample(
+                jax.random.key(1),
+                "fisher_mala",
+                target.logdensity_fn,
+                x0,
+                num_warmup=20_000,
+                num_samples=20_000,
+                initial_step_size=guess,
+                find_step_size=search,
+            )
             ess = fm.ess(r, method="paper", per_chain=True).min(axis=1)
-            rows.append({"search": search, "initial_step_size": guess,
-                         "min_ess_mean": float(ess.mean()), "min_ess_sd": float(ess.std()),
-                         "final_step_size": float(np.mean(r.parameters.step_size))})
+            rows.append(
+                {
+                    "search": search,
+                    "initial_step_size": guess,
+                    "min_ess_mean": float(ess.mean()),
+                    "min_ess_sd": float(ess.std()),
+                    "final_step_size": float(np.mean(r.parameters.step_size)),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -62,12 +85,22 @@ def memory():
     target = fm.targets.gaussian("standard785", np.zeros(785), np.eye(785))
     x0 = target.initial_positions(jax.random.key(0), 10)
     start = time.perf_counter()
-    r = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
-                  num_warmup=1_000, num_samples=20_000)
+    r = fm.sample(
+        jax.random.key(1),
+        "fisher_mala",
+        target.logdensity_fn,
+        x0,
+        num_warmup=1_000,
+        num_samples=20_000,
+    )
     draws_mb = np.asarray(r.samples).nbytes / 2**20
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"draws_shape": list(np.shape(r.samples)), "draws_mb": draws_mb,
-            "peak_rss_mb": peak_mb, "seconds": time.perf_counter() - start}
+    return {
+        "draws_shape": list(np.shape(r.samples)),
+        "draws_mb": draws_mb,
+        "peak_rss_mb": peak_mb,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def main():

@@ -19,8 +19,9 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
-from benchmarks.versus_blackjax import POSTERIORDB, TARGETS, race_start
+from benchmarks.race_setup import POSTERIORDB, TARGETS, race_start
 from fisher_mala import whitened_warmup
+from fisher_mala.adaptations import stopping_rule as stopping_rule_checks
 
 OUT = Path(__file__).resolve().parent / "results" / "metric_choice.json"
 WARMUP = 5000
@@ -28,12 +29,14 @@ WARMUP = 5000
 
 def look(warmup, state, dim) -> dict:
     """The metric rule's numbers for the Fisher phase's state of every chain."""
-    kappa = whitened_warmup.correlation_condition_number(state.sqrt_precond)
-    noise = whitened_warmup.noise_condition_number(dim, np.asarray(state.count))
-    return {"signals": int(np.min(state.count)),
-            "condition_number": [float(k) for k in kappa],
-            "bound": float(whitened_warmup.DIAGONAL_NOISE_FACTOR * np.max(noise)),
-            "choice": warmup.choose(state)}
+    kappa = stopping_rule_checks.correlation_condition_number(state.sqrt_precond)
+    noise = stopping_rule_checks.noise_condition_number(dim, np.asarray(state.count))
+    return {
+        "signals": int(np.min(state.count)),
+        "condition_number": [float(k) for k in kappa],
+        "bound": float(stopping_rule_checks.DIAGONAL_NOISE_FACTOR * np.max(noise)),
+        "choice": warmup.choose(state),
+    }
 
 
 def row(name: str) -> dict:
@@ -47,7 +50,8 @@ def row(name: str) -> dict:
         looks = [look(warmup, first[0][0], target.dim)]
         if not warmup.fisher_complete(first, WARMUP):
             whole = jax.jit(jax.vmap(lambda k, out: warmup.fisher_resume(k, out, WARMUP)))(
-                keys, first)
+                keys, first
+            )
             looks.append(look(warmup, whole[0][0], target.dim))
         choice = "diagonal" if looks[0]["choice"] == "diagonal" else looks[-1]["choice"]
         return {"target": name, "dim": target.dim, "looks": looks, "choice": choice}
@@ -55,9 +59,11 @@ def row(name: str) -> dict:
 
 def render(path=OUT) -> str:
     """The table of ``docs/fisher_nuts.md``."""
-    lines = ["| target | d | first look: signals, condition numbers (4 chains), bound | "
-             "end of the Fisher phase: signals, condition numbers, bound | metric |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| target | d | first look: signals, condition numbers (4 chains), bound | "
+        "end of the Fisher phase: signals, condition numbers, bound | metric |",
+        "|---|---|---|---|---|",
+    ]
 
     def cell(r):
         kappa = ", ".join(f"{k:.3g}" for k in r["condition_number"])
@@ -66,8 +72,7 @@ def render(path=OUT) -> str:
     for r in json.loads(path.read_text()):
         looks = r["looks"]
         end = cell(looks[1]) if len(looks) > 1 else "(first look is the end)"
-        lines.append(f"| {r['target']} | {r['dim']} | {cell(looks[0])} | {end} | "
-                     f"{r['choice']} |")
+        lines.append(f"| {r['target']} | {r['dim']} | {cell(looks[0])} | {end} | {r['choice']} |")
     return "\n".join(lines)
 
 

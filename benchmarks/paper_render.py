@@ -9,7 +9,7 @@ import numpy as np
 
 import fisher_mala as fm
 from benchmarks import templating
-from benchmarks.paper import (
+from benchmarks.paper_run import (
     EXPERIMENTS,
     FROBENIUS,
     PAPER,
@@ -49,8 +49,9 @@ def _explanations(path: Path = EXPLANATIONS_FILE) -> dict:
         match = re.match(r"^- (\S+), (\S+): (.+)$", line)
         if match:
             target, config, reason = match.groups()
-            reasons[(None if target == "any" else target,
-                     None if config == "any" else config)] = reason
+            reasons[(None if target == "any" else target, None if config == "any" else config)] = (
+                reason
+            )
     return reasons
 
 
@@ -335,8 +336,11 @@ def render(root: Path, out: Path) -> Path:
     values = {
         "hardware": _hardware(cells),
         **{name: table_markdown(name, cells) for name in ("table1", "variants", "noncentered")},
-        **{key: "\n\n".join(f"![{fig}](images/results/{fig})" for fig in names)
-           or "(no cached cells for this figure)" for key, names in figures.items()},
+        **{
+            key: "\n\n".join(f"![{fig}](images/results/{fig})" for fig in names)
+            or "(no cached cells for this figure)"
+            for key, names in figures.items()
+        },
         "timing_table": _timing_table(cells),
     }
     path = out / "results.md"

@@ -24,8 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fisher_mala as fm
-from fisher_mala.adaptation import FisherMALAWarmup
-from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
+from fisher_mala.warmups import fisher_mala_warmup, pooled_fisher_mala_warmup
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pooled.json"
 BURN_IN = 20_000
@@ -38,23 +37,22 @@ def _distances(trace_precond, sigma):
 
 def compare(target_name, chains):
     target = fm.targets.get(target_name)
-    sigma = jnp.asarray(target.covariance / (np.trace(target.covariance) / target.dim),
-                        jnp.float32)
+    sigma = jnp.asarray(target.covariance / (np.trace(target.covariance) / target.dim), jnp.float32)
     positions = target.initial_positions(jax.random.key(0), chains)
     keys = jax.random.split(jax.random.key(1), chains)
-    alone = FisherMALAWarmup(target.logdensity_fn, trace_every=EVERY, record_precond=True)
+    alone = fisher_mala_warmup(target.logdensity_fn, trace_every=EVERY, record_precond=True)
     run_alone = jax.jit(jax.vmap(lambda k, x: alone.run(k, x, BURN_IN)[1].trace))
     jax.block_until_ready(run_alone(keys, positions))  # compile
     start = time.perf_counter()
     trace = jax.block_until_ready(run_alone(keys, positions))
     seconds_alone = time.perf_counter() - start
-    dist_alone = np.stack([_distances(trace.normalized_precond[c], sigma)
-                           for c in range(chains)])  # (chains, snapshots)
+    dist_alone = np.stack(
+        [_distances(trace.normalized_precond[c], sigma) for c in range(chains)]
+    )  # (chains, snapshots)
     threshold = float(dist_alone[:, -1].mean())
 
-    shared = PooledFisherMALAWarmup(target.logdensity_fn, trace_every=EVERY,
-                                    record_precond=True)
-    run_shared = jax.jit(lambda k, x: shared.run_batch(k, x, BURN_IN)[1].trace)
+    shared = pooled_fisher_mala_warmup(target.logdensity_fn, trace_every=EVERY, record_precond=True)
+    run_shared = jax.jit(lambda k, x: shared.run(k, x, BURN_IN)[1].trace)
     jax.block_until_ready(run_shared(keys[0], positions))
     start = time.perf_counter()
     strace = jax.block_until_ready(run_shared(keys[0], positions))
@@ -64,29 +62,54 @@ def compare(target_name, chains):
     below = np.flatnonzero(dist_shared < threshold)
     reached = int(iterations[below[0]]) if below.size else None
 
-    out = {"target": target_name, "chains": chains, "threshold_D*": threshold,
-           "independent_final_distance_per_chain": dist_alone[:, -1].tolist(),
-           "pooled_final_distance": float(dist_shared[-1]),
-           "pooled_iterations_to_D*": reached,
-           "iteration_ratio": BURN_IN / reached if reached else None,
-           "seconds_independent_burn_in": seconds_alone,
-           "seconds_pooled_to_D*": seconds_shared * (reached or BURN_IN) / BURN_IN,
-           "pooled_curve": {"iteration": iterations.tolist(), "distance": dist_shared.tolist()},
-           "independent_curve_mean": dist_alone.mean(0).tolist()}
+    out = {
+        "target": target_name,
+        "chains": chains,
+        "threshold_D*": threshold,
+        "independent_final_distance_per_chain": dist_alone[:, -1].tolist(),
+        "pooled_final_distance": float(dist_shared[-1]),
+        "pooled_iterations_to_D*": reached,
+        "iteration_ratio": BURN_IN / reached if reached else None,
+        "seconds_independent_burn_in": seconds_alone,
+        "seconds_pooled_to_D*": seconds_shared * (reached or BURN_IN) / BURN_IN,
+        "pooled_curve": {"iteration": iterations.tolist(), "distance": dist_shared.tolist()},
+        "independent_curve_mean": dist_alone.mean(0).tolist(),
+    }
     out["seconds_ratio"] = out["seconds_independent_burn_in"] / out["seconds_pooled_to_D*"]
     # (c) min ESS after the shortened pooled burn-in vs the full independent burn-in
     short = max(1000, int(math.ceil((reached or BURN_IN) / 500) * 500))
-    r_shared = fm.sample(jax.random.key(2), "fisher_mala", target.logdensity_fn, positions,
-                         num_warmup=short, num_samples=BURN_IN, pooled=True)
-    r_alone = fm.sample(jax.random.key(2), "fisher_mala", target.logdensity_fn, positions,
-                        num_warmup=BURN_IN, num_samples=BURN_IN)
+    r_shared = fm.sample(
+        jax.random.key(2),
+        "fisher_mala",
+        target.logdensity_fn,
+        positions,
+        num_warmup=short,
+        num_samples=BURN_IN,
+        pooled=True,
+    )
+    r_alone = fm.sample(
+        jax.random.key(2),
+        "fisher_mala",
+        target.logdensity_fn,
+        positions,
+        num_warmup=BURN_IN,
+        num_samples=BURN_IN,
+    )
     for name, r in (("pooled_short_burn_in", r_shared), ("independent_full_burn_in", r_alone)):
         ess = fm.ess(r, method="paper", per_chain=True).min(axis=1)
-        out[name] = {"num_warmup": r.num_warmup, "min_ess_mean": float(ess.mean()),
-                     "min_ess_sd": float(ess.std()),
-                     "warmup_seconds": r.warmup_seconds, "sampling_seconds": r.sampling_seconds}
-    print(json.dumps({k: v for k, v in out.items() if "curve" not in k and "per_chain" not in k},
-                     indent=1), flush=True)
+        out[name] = {
+            "num_warmup": r.num_warmup,
+            "min_ess_mean": float(ess.mean()),
+            "min_ess_sd": float(ess.std()),
+            "warmup_seconds": r.warmup_seconds,
+            "sampling_seconds": r.sampling_seconds,
+        }
+    print(
+        json.dumps(
+            {k: v for k, v in out.items() if "curve" not in k and "per_chain" not in k}, indent=1
+        ),
+        flush=True,
+    )
     return out
 
 

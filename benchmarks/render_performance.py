@@ -30,8 +30,10 @@ TEMPLATE = HERE / "templates" / "performance.md"
 def _load(name: str):
     path = RESULTS / name
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run the benchmark that writes it "
-                                f"(see the docstring of benchmarks/render_performance.py)")
+        raise FileNotFoundError(
+            f"{path} is missing: run the benchmark that writes it "
+            f"(see the docstring of benchmarks/render_performance.py)"
+        )
     return json.loads(path.read_text())
 
 
@@ -48,16 +50,28 @@ def _plot_step_cost(rows, out: Path) -> str | None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
     for ax, dtype in zip(axes, ("float32", "float64"), strict=True):
         for chains, style in (("1", "-"), ("16", "--"), ("pooled16", ":")):
-            sel = [r for r in rows if r["target"] == "gaussian" and r["dtype"] == dtype
-                   and r["chains"] == chains]
+            sel = [
+                r
+                for r in rows
+                if r["target"] == "gaussian" and r["dtype"] == dtype and r["chains"] == chains
+            ]
             if not sel:
                 continue
             dims = [r["dim"] for r in sel]
             per_chain = 16 if chains != "1" else 1
-            for key, color in (("fisher_adaptive", "C0"), ("fisher_frozen", "C1"),
-                               ("matvec", "C2")):
-                ax.plot(dims, [r["us"][key] / per_chain for r in sel], style, color=color,
-                        marker="o", label=f"{key} ({chains})")
+            for key, color in (
+                ("fisher_adaptive", "C0"),
+                ("fisher_frozen", "C1"),
+                ("matvec", "C2"),
+            ):
+                ax.plot(
+                    dims,
+                    [r["us"][key] / per_chain for r in sel],
+                    style,
+                    color=color,
+                    marker="o",
+                    label=f"{key} ({chains})",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("d")
@@ -102,7 +116,8 @@ def _plot_pooled(data, out: Path) -> str:
 
 #: The step-cost columns a reader compares (all of them: ``step_cost.json``).
 PAGE_COLUMNS = (
-    ("MALA µs", "mala", ".0f"), ("frozen µs", "fisher_frozen", ".0f"),
+    ("MALA µs", "mala", ".0f"),
+    ("frozen µs", "fisher_frozen", ".0f"),
     ("adaptive µs", "fisher_adaptive", ".0f"),
     ("frozen / roofline", "frozen_over_2_matvec_loop", ".2f"),
     ("adaptive / roofline", "adaptive_over_roofline_loop", ".2f"),
@@ -113,10 +128,15 @@ PAGE_COLUMNS = (
 def _goals(rows) -> dict:
     """The step-cost goals counted (d >= 785): both rooflines, and the logistic ratio."""
     big = [r for r in rows if r["dim"] >= 785]
-    lines = ["| chains | roofline | frozen within 1.2 x | worst | adaptive within 1.2 x | "
-             "worst |", "|---|---|---|---|---|---|"]
-    for chains, label in (("1", "one chain"), ("16", "16 chains, one R each"),
-                          ("pooled16", "16 chains sharing R")):
+    lines = [
+        "| chains | roofline | frozen within 1.2 x | worst | adaptive within 1.2 x | worst |",
+        "|---|---|---|---|---|---|",
+    ]
+    for chains, label in (
+        ("1", "one chain"),
+        ("16", "16 chains, one R each"),
+        ("pooled16", "16 chains sharing R"),
+    ):
         sel = [r for r in big if r["target"] == "gaussian" and r["chains"] == chains]
         for suffix, roofline in (("", "separate calls"), ("_loop", "in the loop")):
             f_key, a_key = f"frozen_over_2_matvec{suffix}", f"adaptive_over_roofline{suffix}"
@@ -124,16 +144,24 @@ def _goals(rows) -> dict:
                 continue
             frozen = [r["us"][f_key] for r in sel]
             adaptive = [r["us"][a_key] for r in sel]
-            lines.append(f"| {label} | {roofline} | {sum(v <= 1.2 for v in frozen)}/{len(sel)} "
-                         f"| {max(frozen):.2f} | {sum(v <= 1.2 for v in adaptive)}/{len(sel)} "
-                         f"| {max(adaptive):.2f} |")
+            lines.append(
+                f"| {label} | {roofline} | {sum(v <= 1.2 for v in frozen)}/{len(sel)} "
+                f"| {max(frozen):.2f} | {sum(v <= 1.2 for v in adaptive)}/{len(sel)} "
+                f"| {max(adaptive):.2f} |"
+            )
     logi = [r for r in big if r["target"] == "logistic" and r["chains"] == "1"]
     table = ["| d | dtype | adaptive / MALA | traffic bound |", "|---|---|---|---|"]
-    table += [f"| {r['dim']} | {r['dtype']} | {r['us']['adaptive_over_mala']:.2f} | "
-              f"{_logistic_traffic_bound(r['dim']):.2f} |" for r in logi]
+    table += [
+        f"| {r['dim']} | {r['dtype']} | {r['us']['adaptive_over_mala']:.2f} | "
+        f"{_logistic_traffic_bound(r['dim']):.2f} |"
+        for r in logi
+    ]
     ok = sum(r["us"]["adaptive_over_mala"] <= 1.2 for r in logi)
-    return {"goals_table": "\n".join(lines), "logistic_goal_table": "\n".join(table),
-            "logistic_goal_count": f"{ok}/{len(logi)}"}
+    return {
+        "goals_table": "\n".join(lines),
+        "logistic_goal_table": "\n".join(table),
+        "logistic_goal_count": f"{ok}/{len(logi)}",
+    }
 
 
 def _logistic_traffic_bound(dim: int, rows: int = step_cost.LOGISTIC_ROWS) -> float:
@@ -148,20 +176,31 @@ def _logistic_traffic_bound(dim: int, rows: int = step_cost.LOGISTIC_ROWS) -> fl
 
 def _logistic_vs_bound(rows) -> str:
     """Measured adaptive / MALA over the traffic bound, one chain, d >= 2000."""
-    ratios = [r["us"]["adaptive_over_mala"] / _logistic_traffic_bound(r["dim"]) for r in rows
-              if r["target"] == "logistic" and r["chains"] == "1" and r["dim"] >= 2000]
+    ratios = [
+        r["us"]["adaptive_over_mala"] / _logistic_traffic_bound(r["dim"])
+        for r in rows
+        if r["target"] == "logistic" and r["chains"] == "1" and r["dim"] >= 2000
+    ]
     if not ratios:
         return "not measured"
     return f"{min(ratios):.2f}-{max(ratios):.2f} x the bound"
 
 
 def _logistic_values(rows, meta) -> dict:
-    ratios = [r["us"]["adaptive_over_mala"] / _logistic_traffic_bound(r["dim"]) for r in rows
-              if r["target"] == "logistic" and r["chains"] == "1" and r["dim"] >= 2000]
-    cells = {r["dtype"]: r["us"]["adaptive_over_mala"] for r in rows
-             if r["target"] == "logistic" and r["chains"] == "1" and r["dim"] == 785}
-    size = {dt: step_cost.LOGISTIC_ROWS * 785 * (4 if dt == "float32" else 8)
-            for dt in ("float32", "float64")}
+    ratios = [
+        r["us"]["adaptive_over_mala"] / _logistic_traffic_bound(r["dim"])
+        for r in rows
+        if r["target"] == "logistic" and r["chains"] == "1" and r["dim"] >= 2000
+    ]
+    cells = {
+        r["dtype"]: r["us"]["adaptive_over_mala"]
+        for r in rows
+        if r["target"] == "logistic" and r["chains"] == "1" and r["dim"] == 785
+    }
+    size = {
+        dt: step_cost.LOGISTIC_ROWS * 785 * (4 if dt == "float32" else 8)
+        for dt in ("float32", "float64")
+    }
     return {
         "logistic_largest_dim": int(0.2 * 2 * step_cost.LOGISTIC_ROWS / 5),  # 1 + 5d/2n = 1.2
         "logistic_vs_bound": _span(ratios),
@@ -179,7 +218,8 @@ def _threads_values() -> dict:
     """The loop-threading experiment (``step_cost --threads``, with and without taskset)."""
     two, one = _load("loop_threads.json")["row"], _load("loop_threads_1core.json")["row"]
     return {
-        "threads_dim": two["dim"], "threads_cores": two["cores"],
+        "threads_dim": two["dim"],
+        "threads_cores": two["cores"],
         "threads_length": two["length"],
         "threads_rv_loop": f"{two['R@v loop']:.0f}",
         "threads_rv_unrolled": f"{two['R@v unrolled']:.0f}",
@@ -190,8 +230,9 @@ def _threads_values() -> dict:
         "threads_one_rv_unrolled": f"{one['R@v unrolled']:.0f}",
         "threads_adaptive_unrolled": f"{two['fisher adaptive unrolled']:.0f}",
         "threads_adaptive_loop": f"{two['fisher adaptive loop']:.0f}",
-        "threads_adaptive_ratio":
-            f"{two['fisher adaptive loop'] / two['fisher adaptive unrolled']:.2f}",
+        "threads_adaptive_ratio": (
+            f"{two['fisher adaptive loop'] / two['fisher adaptive unrolled']:.2f}"
+        ),
         "threads_frozen_unrolled": f"{two['fisher frozen unrolled']:.0f}",
         "threads_frozen_loop": f"{two['fisher frozen loop']:.0f}",
         "threads_one_adaptive_unrolled": f"{one['fisher adaptive unrolled']:.0f}",
@@ -201,9 +242,11 @@ def _threads_values() -> dict:
 
 def _orientation_values() -> dict:
     r = {row["dim"]: row for row in _load("orientation.json")["rows"]}[2000]
-    return {"orientation_batched": f"{r['batched v@R'] / r['batched R@v']:.1f}",
-            "orientation_single": f"{r['single v@R'] / r['single R@v']:.1f}",
-            "orientation_transposed": f"{r['single R.T@v'] / r['single R@v']:.0f}"}
+    return {
+        "orientation_batched": f"{r['batched v@R'] / r['batched R@v']:.1f}",
+        "orientation_single": f"{r['single v@R'] / r['single R@v']:.1f}",
+        "orientation_transposed": f"{r['single R.T@v'] / r['single R@v']:.0f}",
+    }
 
 
 def _pooled_overhead(rows) -> str:
@@ -212,56 +255,80 @@ def _pooled_overhead(rows) -> str:
     for r in rows:
         if r["target"] != "gaussian" or r["chains"] != "pooled16" or r["dim"] < 785:
             continue
-        each = next(q for q in rows if q["target"] == "gaussian" and q["chains"] == "16"
-                    and q["dim"] == r["dim"] and q["dtype"] == r["dtype"])
+        each = next(
+            q
+            for q in rows
+            if q["target"] == "gaussian"
+            and q["chains"] == "16"
+            and q["dim"] == r["dim"]
+            and q["dtype"] == r["dtype"]
+        )
         rest = r["us"]["fisher_frozen"] - each["us"]["mala"]
-        cells.append(f"d = {r['dim']} {r['dtype']}: {r['us']['frozen_over_2_matvec_loop']:.2f}"
-                     f" -> {rest / (2 * r['us']['matvec_loop']):.2f}")
+        cells.append(
+            f"d = {r['dim']} {r['dtype']}: {r['us']['frozen_over_2_matvec_loop']:.2f}"
+            f" -> {rest / (2 * r['us']['matvec_loop']):.2f}"
+        )
     return "; ".join(cells)
 
 
 def _pooled_cost(rows) -> dict:
     """16 chains each with R against 16 sharing one: per chain-iteration, and the bound."""
-    lines = ["| target | d | dtype | µs per chain-iteration, 16 R | µs per chain-iteration, "
-             "shared R | ratio | ratio of the rooflines | 16 R: GB/s of `R v` | shared R: "
-             "GFLOP/s of `R V` |", "|" + "---|" * 9]
+    lines = [
+        "| target | d | dtype | µs per chain-iteration, 16 R | µs per chain-iteration, "
+        "shared R | ratio | ratio of the rooflines | 16 R: GB/s of `R v` | shared R: "
+        "GFLOP/s of `R V` |",
+        "|" + "---|" * 9,
+    ]
     bounds, measured = [], []
     for target in ("gaussian", "logistic"):
         for dtype in ("float32", "float64"):
             for dim in (785, 2000, 4000):
-                sel = {r["chains"]: r for r in rows if r["target"] == target
-                       and r["dtype"] == dtype and r["dim"] == dim}
+                sel = {
+                    r["chains"]: r
+                    for r in rows
+                    if r["target"] == target and r["dtype"] == dtype and r["dim"] == dim
+                }
                 if "16" not in sel or "pooled16" not in sel:
                     continue
                 each, shared = sel["16"]["us"], sel["pooled16"]["us"]
                 a, b = each["fisher_adaptive"] / 16, shared["fisher_adaptive"] / 16
                 bound = (3 * each["matvec_loop"] + each["rank_one_loop"]) / (
-                    3 * shared["matvec_loop"] + shared["rank_one_loop"])
+                    3 * shared["matvec_loop"] + shared["rank_one_loop"]
+                )
                 size = 8 if dtype == "float64" else 4
                 gbs = 16 * dim * dim * size / each["matvec_loop"] / 1e3
                 gflops = 2 * 16 * dim * dim / shared["matvec_loop"] / 1e3
-                lines.append(f"| {target} | {dim} | {dtype} | {a:.0f} | {b:.0f} | "
-                             f"{a / b:.1f} | {bound:.1f} | {gbs:.1f} | {gflops:.1f} |")
+                lines.append(
+                    f"| {target} | {dim} | {dtype} | {a:.0f} | {b:.0f} | "
+                    f"{a / b:.1f} | {bound:.1f} | {gbs:.1f} | {gflops:.1f} |"
+                )
                 if dim >= 2000:
                     bounds.append(bound)
                     measured.append(a / b)
-    return {"pooled_cost_table": "\n".join(lines), "pooled_bound_span": _span(bounds, ".1f"),
-            "pooled_measured_span": _span(measured, ".1f")}
+    return {
+        "pooled_cost_table": "\n".join(lines),
+        "pooled_bound_span": _span(bounds, ".1f"),
+        "pooled_measured_span": _span(measured, ".1f"),
+    }
 
 
 def _block_update_values() -> dict:
     data = _load("block_update.json")
-    cells = "; ".join(f"d = {r['dim']}: {r['us']['cholesky']:.0f} against "
-                      f"{r['us']['eigh']:.0f} µs ({r['cholesky_over_eigh']:.2f} x)"
-                      for r in data["rows"])
+    cells = "; ".join(
+        f"d = {r['dim']}: {r['us']['cholesky']:.0f} against "
+        f"{r['us']['eigh']:.0f} µs ({r['cholesky_over_eigh']:.2f} x)"
+        for r in data["rows"]
+    )
     return {"block_update_cells": cells, "block_update_commit": data["script_commit"]}
 
 
 def _pooled_section(data) -> str:
-    lines = ["| target | D* (independent, mean final) | pooled iterations to D* | iteration "
-             "ratio | seconds independent burn-in | seconds pooled to D* | seconds ratio | "
-             "min ESS pooled, short burn-in | min ESS independent, full burn-in |",
-             "|" + "---|" * 9]
+    lines = [
+        "| target | D* (independent, mean final) | pooled iterations to D* | iteration "
+        "ratio | seconds independent burn-in | seconds pooled to D* | seconds ratio | "
+        "min ESS pooled, short burn-in | min ESS independent, full burn-in |",
+        "|" + "---|" * 9,
+    ]
     for r in data["rows"]:
         p, i = r["pooled_short_burn_in"], r["independent_full_burn_in"]
         ratio = f"{r['iteration_ratio']:.1f}" if r["iteration_ratio"] else "not reached"
@@ -270,7 +337,8 @@ def _pooled_section(data) -> str:
             f"{ratio} | {r['seconds_independent_burn_in']:.1f} | "
             f"{r['seconds_pooled_to_D*']:.1f} | {r['seconds_ratio']:.1f} | "
             f"{p['min_ess_mean']:.0f} ± {p['min_ess_sd']:.0f} ({p['num_warmup']} burn-in) | "
-            f"{i['min_ess_mean']:.0f} ± {i['min_ess_sd']:.0f} ({i['num_warmup']} burn-in) |")
+            f"{i['min_ess_mean']:.0f} ± {i['min_ess_sd']:.0f} ({i['num_warmup']} burn-in) |"
+        )
     return "\n".join(lines)
 
 
@@ -281,13 +349,18 @@ def _race_values(root: Path) -> dict:
     an error (write its explanation first).
     """
     template = TEMPLATE.read_text()
-    lines = ["| target | ratio | best BlackJAX sampler | its ESS/grad | FisherMALA's | its "
-             "µs/grad | FisherMALA's | its min bulk ESS (draws) | ratio, paper's ESS |",
-             "|" + "---|" * 9]
+    lines = [
+        "| target | ratio | best BlackJAX sampler | its ESS/grad | FisherMALA's | its "
+        "µs/grad | FisherMALA's | its min bulk ESS (draws) | ratio, paper's ESS |",
+        "|" + "---|" * 9,
+    ]
     losers = []
     for target in versus_blackjax.TARGETS:
-        rows = {s: json.loads(p.read_text()) for s in versus_blackjax.SAMPLERS
-                if (p := root / target / f"{s}.json").exists()}
+        rows = {
+            s: json.loads(p.read_text())
+            for s in versus_blackjax.SAMPLERS
+            if (p := root / target / f"{s}.json").exists()
+        }
         fisher = [rows[s] for s in ("fisher_mala", "fisher_mala_pooled") if s in rows]
         others = [rows[s] for s in versus_blackjax.SAMPLERS[2:] if s in rows]
         if not fisher or not others:
@@ -306,19 +379,30 @@ def _race_values(root: Path) -> dict:
             f"| {target} | {f['bulk_min_per_second'] / o['bulk_min_per_second']:.2f} | "
             f"{o['sampler']} | {o['bulk_min_per_grad']:.1e} | {f['bulk_min_per_grad']:.1e} | "
             f"{us(o):.1f} | {us(f):.1f} | {o['bulk_min']:.0f} ({draws}) | "
-            f"{f['paper_min_per_second'] / o['paper_min_per_second']:.2f} |")
+            f"{f['paper_min_per_second'] / o['paper_min_per_second']:.2f} |"
+        )
     unexplained = [t for t in losers if f"**{t}**" not in template]
     if unexplained:
         raise ValueError(f"FisherMALA loses on {unexplained}: explain it in {TEMPLATE}")
-    explained = [t for t in versus_blackjax.TARGETS
-                 if f"**{t}**" in template.split("### Where FisherMALA loses")[1]]
+    explained = [
+        t
+        for t in versus_blackjax.TARGETS
+        if f"**{t}**" in template.split("### Where FisherMALA loses")[1]
+    ]
     stale = [t for t in explained if t not in losers]
-    check = ("" if not stale else
-             f"FisherMALA no longer loses on {', '.join(stale)}; the explanations above "
-             "stay for the record of the earlier race.")
-    return {"race_table": versus_blackjax.render(root), **versus_blackjax.goal_values(root),
-            "losses_table": "\n".join(lines),
-            "losses_check": check, **_worst_coordinates(root, "caravan")}
+    check = (
+        ""
+        if not stale
+        else f"FisherMALA no longer loses on {', '.join(stale)}; the explanations above "
+        "stay for the record of the earlier race."
+    )
+    return {
+        "race_table": versus_blackjax.render(root),
+        **versus_blackjax.goal_values(root),
+        "losses_table": "\n".join(lines),
+        "losses_check": check,
+        **_worst_coordinates(root, "caravan"),
+    }
 
 
 def _worst_coordinates(root: Path, target: str) -> dict:
@@ -333,7 +417,7 @@ def _worst_coordinates(root: Path, target: str) -> dict:
         "caravan_worst_rows": f"{100 * first['nonzero_rows']:.2f}",
         "caravan_num_worst": len(worst),
         "caravan_rows_span": f"{100 * min(r['nonzero_rows'] for r in worst):.2f}-"
-                             f"{100 * max(r['nonzero_rows'] for r in worst):.1f}",
+        f"{100 * max(r['nonzero_rows'] for r in worst):.1f}",
         "caravan_worst_skew": f"{first['skewness']:.2f}",
         "caravan_skew_span": _span([abs(r["skewness"]) for r in worst]),
         "caravan_num_median": len(median),
@@ -368,19 +452,27 @@ def _projection_values(root: Path) -> dict:
     ``<target>/shortened/``), the projection is checked against the measurement.
     """
     cells = [json.loads(p.read_text()) for p in sorted(root.glob("*/nuts_*.json"))]
-    full = [c for c in cells if c["protocol"]["nuts_warmup"] >= 1000
-            and c["protocol"]["samples"] >= 5000]
+    full = [
+        c
+        for c in cells
+        if c["protocol"]["nuts_warmup"] >= 1000 and c["protocol"]["samples"] >= 5000
+    ]
     short = [c for c in cells if c not in full]
     best = max(full, key=_per_draw)
-    lines = ["| target | sampler | measured protocol | gradients per iteration | "
-             "adaptation s | ms per draw (4 chains) | projected s | min ESS per draw | "
-             "projected min ESS/s (a) | (b) | FisherMALA min ESS/s | FisherMALA / NUTS (a) / "
-             "(b) |", "|" + "---|" * 12]
+    lines = [
+        "| target | sampler | measured protocol | gradients per iteration | "
+        "adaptation s | ms per draw (4 chains) | projected s | min ESS per draw | "
+        "projected min ESS/s (a) | (b) | FisherMALA min ESS/s | FisherMALA / NUTS (a) / "
+        "(b) |",
+        "|" + "---|" * 12,
+    ]
     for c in short:
         p = c["protocol"]
-        fisher = [json.loads(f.read_text())["bulk_min_per_second"]
-                  for s in ("fisher_mala", "fisher_mala_pooled")
-                  if (f := root / c["target"] / f"{s}.json").exists()]
+        fisher = [
+            json.loads(f.read_text())["bulk_min_per_second"]
+            for s in ("fisher_mala", "fisher_mala_pooled")
+            if (f := root / c["target"] / f"{s}.json").exists()
+        ]
         projected, own, optimistic = _projection(c, best)
         leapfrogs = c["grad_evals"] / (p["chains"] * (p["nuts_warmup"] + p["samples"]))
         lines.append(
@@ -388,9 +480,13 @@ def _projection_values(root: Path) -> dict:
             f"{leapfrogs:.0f} | {c['seconds']['warmup']:.0f} | "
             f"{c['seconds']['sampling'] / p['samples'] * 1e3:.0f} | {projected:.0f} | "
             f"{_per_draw(c):.2f} | {own:.1f} | {optimistic:.1f} | {max(fisher):.1f} | "
-            f"{max(fisher) / own:.1f} / {max(fisher) / optimistic:.1f} |")
-    checks = ["| target | sampler | shortened protocol | projected (a) | projected (b) | "
-              "measured at 1000 + 5000 |", "|---|---|---|---|---|---|"]
+            f"{max(fisher) / own:.1f} / {max(fisher) / optimistic:.1f} |"
+        )
+    checks = [
+        "| target | sampler | shortened protocol | projected (a) | projected (b) | "
+        "measured at 1000 + 5000 |",
+        "|---|---|---|---|---|---|",
+    ]
     between = True
     for path in sorted(root.glob("*/shortened/nuts_*.json")):
         old = json.loads(path.read_text())
@@ -400,36 +496,48 @@ def _projection_values(root: Path) -> dict:
         checks.append(
             f"| {old['target']} | {old['sampler']} | {old['protocol']['nuts_warmup']} + "
             f"{old['protocol']['samples']} | {own:.1f} | {optimistic:.1f} | "
-            f"{now['bulk_min_per_second']:.1f} |")
+            f"{now['bulk_min_per_second']:.1f} |"
+        )
     return {
         "short_targets": ", ".join(sorted({c["target"] for c in short})),
         "best_per_draw": f"{_per_draw(best):.2f}",
         "best_per_draw_cell": f"{best['target']}, {best['sampler']}",
         "projection_table": "\n".join(lines),
         "projection_check_table": "\n".join(checks),
-        "projection_verdict": ("Each measurement lies between (a) and (b)" if between else
-                               "The measurements do not all lie between (a) and (b)"),
+        "projection_verdict": (
+            "Each measurement lies between (a) and (b)"
+            if between
+            else "The measurements do not all lie between (a) and (b)"
+        ),
     }
 
 
 def _driver_values() -> dict:
     c = _load("driver_checks.json")
     pb, mem = c["progress_bar"], c["memory"]
-    rows = ["| initial sigma^2 | min ESS with the search (default) | min ESS without "
-            "(paper's rule only) |", "|---|---|---|"]
+    rows = [
+        "| initial sigma^2 | min ESS with the search (default) | min ESS without "
+        "(paper's rule only) |",
+        "|---|---|---|",
+    ]
     by = {(r["search"], r["initial_step_size"]): r for r in c["initial_step_size"]}
     for guess in sorted({r["initial_step_size"] for r in c["initial_step_size"]}):
         a, b = by[(True, guess)], by[(False, guess)]
-        rows.append(f"| {guess:g} | {a['min_ess_mean']:.0f} ± {a['min_ess_sd']:.0f} | "
-                    f"{b['min_ess_mean']:.0f} ± {b['min_ess_sd']:.0f} |")
+        rows.append(
+            f"| {guess:g} | {a['min_ess_mean']:.0f} ± {a['min_ess_sd']:.0f} | "
+            f"{b['min_ess_mean']:.0f} ± {b['min_ess_sd']:.0f} |"
+        )
     return {
         "progress_with": f"{pb['seconds_with']:.2f}",
         "progress_without": f"{pb['seconds_without']:.2f}",
         "progress_ratio": f"{pb['ratio']:.3f}",
         "initial_step_table": "\n".join(rows),
-        "memory_chains": mem["draws_shape"][0], "memory_draws": mem["draws_shape"][1],
-        "memory_dim": mem["draws_shape"][2], "memory_mb": f"{mem['draws_mb']:.0f}",
-        "memory_peak_mb": f"{mem['peak_rss_mb']:.0f}", "memory_seconds": f"{mem['seconds']:.0f}",
+        "memory_chains": mem["draws_shape"][0],
+        "memory_draws": mem["draws_shape"][1],
+        "memory_dim": mem["draws_shape"][2],
+        "memory_mb": f"{mem['draws_mb']:.0f}",
+        "memory_peak_mb": f"{mem['peak_rss_mb']:.0f}",
+        "memory_seconds": f"{mem['seconds']:.0f}",
     }
 
 
@@ -456,19 +564,24 @@ def _gpu_step_cost_section(data) -> str:
     The bound instead counts the passes over R at the datasheet bandwidth: frozen 2 reads;
     adaptive 3 reads plus the rank-one update's read and write.
     """
-    lines = ["| target | d | chains | MALA µs | Fisher frozen µs | Fisher adaptive µs | "
-             "frozen / (2 passes at peak) | adaptive / (5 passes at peak) | "
-             "adaptive / MALA |", "|" + "---|" * 9]
+    lines = [
+        "| target | d | chains | MALA µs | Fisher frozen µs | Fisher adaptive µs | "
+        "frozen / (2 passes at peak) | adaptive / (5 passes at peak) | "
+        "adaptive / MALA |",
+        "|" + "---|" * 9,
+    ]
     for r in data["rows"]:
         m, d = r["us"], r["dim"]
         copies = 16 if r["chains"] == "16" else 1
         pass_us = copies * d * d * 4 / H200_PEAK_BANDWIDTH * 1e6
         mala_us = f"{m['mala']:.0f}" if "mala" in m else "-"
         over_mala = f"{m['adaptive_over_mala']:.2f}" if "adaptive_over_mala" in m else "-"
-        lines.append(f"| {r['target']} | {d} | {r['chains']} | {mala_us} | "
-                     f"{m['fisher_frozen']:.0f} | {m['fisher_adaptive']:.0f} | "
-                     f"{m['fisher_frozen'] / (2 * pass_us):.2f} | "
-                     f"{m['fisher_adaptive'] / (5 * pass_us):.2f} | {over_mala} |")
+        lines.append(
+            f"| {r['target']} | {d} | {r['chains']} | {mala_us} | "
+            f"{m['fisher_frozen']:.0f} | {m['fisher_adaptive']:.0f} | "
+            f"{m['fisher_frozen'] / (2 * pass_us):.2f} | "
+            f"{m['fisher_adaptive'] / (5 * pass_us):.2f} | {over_mala} |"
+        )
     return "\n".join(lines)
 
 
@@ -483,34 +596,44 @@ def _gpu_values() -> dict:
 
     def ratios(target, dim, chains):
         m = us[(target, dim, chains)]
-        return (m["fisher_frozen"] / bound(dim, chains, 2),
-                m["fisher_adaptive"] / bound(dim, chains, 5))
+        return (
+            m["fisher_frozen"] / bound(dim, chains, 2),
+            m["fisher_adaptive"] / bound(dim, chains, 5),
+        )
 
     dims = sorted({d for (t, d, c) in us if t == "gaussian"})
     big, mid = dims[-1], dims[-2]
     f_big, a_big = ratios("gaussian", big, "16")
     pooled = {d: us[("gaussian", d, "pooled16")] for d in dims}
-    per_chain = {d: us[("gaussian", d, "16")]["fisher_adaptive"] / pooled[d]["fisher_adaptive"]
-                 for d in dims}
+    per_chain = {
+        d: us[("gaussian", d, "16")]["fisher_adaptive"] / pooled[d]["fisher_adaptive"] for d in dims
+    }
     return {
-        "gpu_jax": data["meta"]["jax"], "gpu_command": data["meta"]["command"],
+        "gpu_jax": data["meta"]["jax"],
+        "gpu_command": data["meta"]["command"],
         "gpu_table": _gpu_step_cost_section(data),
-        "gpu_big": big, "gpu_big_gb": f"{16 * big * big * 4 / 1e9:.1f}",
-        "gpu_big_frozen": f"{f_big:.2f}", "gpu_big_adaptive": f"{a_big:.2f}",
+        "gpu_big": big,
+        "gpu_big_gb": f"{16 * big * big * 4 / 1e9:.1f}",
+        "gpu_big_frozen": f"{f_big:.2f}",
+        "gpu_big_adaptive": f"{a_big:.2f}",
         "gpu_big_percent": f"{100 / max(f_big, a_big):.0f}",
-        "gpu_mid": mid, "gpu_mid_mb": f"{16 * mid * mid * 4 / 1e6:.0f}",
+        "gpu_mid": mid,
+        "gpu_mid_mb": f"{16 * mid * mid * 4 / 1e6:.0f}",
         "gpu_mid_worst": f"{max(ratios('gaussian', mid, '16')):.2f}",
         "gpu_mala_span": _span([us[("gaussian", d, "1")]["mala"] for d in dims], ".0f"),
         "gpu_one_big": f"{ratios('gaussian', big, '1')[1]:.1f}",
-        "gpu_logistic_span": _span([m["adaptive_over_mala"] for (t, d, c), m in us.items()
-                                    if t == "logistic" and c == "1"]),
-        "gpu_logistic_16": f"{max(m['adaptive_over_mala'] for (t, d, c), m in us.items()
-                                  if t == 'logistic' and c == '16'):.1f}",
+        "gpu_logistic_span": _span(
+            [m["adaptive_over_mala"] for (t, d, c), m in us.items() if t == "logistic" and c == "1"]
+        ),
+        "gpu_logistic_16": f"{
+            max(
+                m['adaptive_over_mala']
+                for (t, d, c), m in us.items()
+                if t == 'logistic' and c == '16'
+            ):.1f}",
         "gpu_pooled_frozen_span": _span([m["fisher_frozen"] for m in pooled.values()], ".0f"),
-        "gpu_pooled_adaptive_span":
-            _span([m["fisher_adaptive"] for m in pooled.values()], ".0f"),
-        "gpu_pooled_per_chain": ", ".join(f"{v:.1f} x at d = {d}"
-                                          for d, v in per_chain.items()),
+        "gpu_pooled_adaptive_span": _span([m["fisher_adaptive"] for m in pooled.values()], ".0f"),
+        "gpu_pooled_per_chain": ", ".join(f"{v:.1f} x at d = {d}" for d, v in per_chain.items()),
         **_gpu_race_values(RESULTS / "race_gpu"),
     }
 
@@ -526,8 +649,7 @@ def _gpu_race_values(race: Path) -> dict:
     text = (RESULTS / "gpu_logs" / "session_call1_stdout.log").read_text()
     paths = sorted((race / "mnist56").glob("fisher_mala*.json"))
     cells = [json.loads(path.read_text()) for path in paths]
-    marks = [(int(m.group(1)), m.group(2))
-             for m in re.finditer(r"^== \+(\d+) s (.*)$", text, re.M)]
+    marks = [(int(m.group(1)), m.group(2)) for m in re.finditer(r"^== \+(\d+) s (.*)$", text, re.M)]
     start = next(i for i, (_, name) in enumerate(marks) if name.startswith("race on MNIST"))
     race_s = marks[start + 1][0] - marks[start][0]
     startup = marks[0][0] - float(re.search(r"\(total ([\d.]+) s\)", text).group(1))
@@ -537,18 +659,27 @@ def _gpu_race_values(race: Path) -> dict:
     p = cells[0]["protocol"]
     draws = p["chains"] * p["samples"]
     needed = best * nuts_s / draws
-    reached = sorted({
-        c["target"] for path in (RESULTS / "race").glob("*/nuts_*.json")
-        if (c := json.loads(path.read_text()))["bulk_min"]
-        / (c["protocol"]["chains"] * c["protocol"]["samples"]) > needed
-    })
+    reached = sorted(
+        {
+            c["target"]
+            for path in (RESULTS / "race").glob("*/nuts_*.json")
+            if (c := json.loads(path.read_text()))["bulk_min"]
+            / (c["protocol"]["chains"] * c["protocol"]["samples"])
+            > needed
+        }
+    )
     return {
-        "gpu_race_warmup": p["nuts_warmup"], "gpu_race_samples": p["samples"],
-        "gpu_race_chains": p["chains"], "gpu_race_seconds": race_s,
-        "gpu_race_fisher_seconds": f"{fisher_s:.0f}", "gpu_race_startup": f"{startup:.0f}",
-        "gpu_race_nuts_seconds": f"{nuts_s:.0f}", "gpu_race_best": f"{best:.0f}",
+        "gpu_race_warmup": p["nuts_warmup"],
+        "gpu_race_samples": p["samples"],
+        "gpu_race_chains": p["chains"],
+        "gpu_race_seconds": race_s,
+        "gpu_race_fisher_seconds": f"{fisher_s:.0f}",
+        "gpu_race_startup": f"{startup:.0f}",
+        "gpu_race_nuts_seconds": f"{nuts_s:.0f}",
+        "gpu_race_best": f"{best:.0f}",
         "gpu_race_needed_ess": f"{round(best * nuts_s, -2):,.0f}",
-        "gpu_race_draws": f"{draws:,}", "gpu_race_needed_per_draw": f"{needed:.1f}",
+        "gpu_race_draws": f"{draws:,}",
+        "gpu_race_needed_per_draw": f"{needed:.1f}",
         "gpu_race_reached": ", ".join(reached) or "no target",
         "gpu_race_table": versus_blackjax.render(race),
     }
@@ -561,14 +692,24 @@ def values(out: Path = DOCS) -> dict:
     pooled = _load("pooled.json")
     return {
         "step_cost_plot": _plot_step_cost(rows, out),
-        "step_cost_command": meta["command"].strip(), "step_cost_device": meta["device"],
-        "step_cost_jax": meta["jax"], "step_cost_table": step_cost.render(rows, PAGE_COLUMNS),
-        **_goals(rows), **_logistic_values(rows, meta), **_threads_values(),
-        **_orientation_values(), "pooled_overhead": _pooled_overhead(rows),
-        **_pooled_cost(rows), **_block_update_values(),
-        "pooled_plot": _plot_pooled(pooled, out), "pooled_table": _pooled_section(pooled),
-        **_race_values(RESULTS / "race"), **_projection_values(RESULTS / "race"),
-        **_driver_values(), **_long_run_values(), **_gpu_values(),
+        "step_cost_command": meta["command"].strip(),
+        "step_cost_device": meta["device"],
+        "step_cost_jax": meta["jax"],
+        "step_cost_table": step_cost.render(rows, PAGE_COLUMNS),
+        **_goals(rows),
+        **_logistic_values(rows, meta),
+        **_threads_values(),
+        **_orientation_values(),
+        "pooled_overhead": _pooled_overhead(rows),
+        **_pooled_cost(rows),
+        **_block_update_values(),
+        "pooled_plot": _plot_pooled(pooled, out),
+        "pooled_table": _pooled_section(pooled),
+        **_race_values(RESULTS / "race"),
+        **_projection_values(RESULTS / "race"),
+        **_driver_values(),
+        **_long_run_values(),
+        **_gpu_values(),
     }
 
 

@@ -37,8 +37,9 @@ def mixture(dim=4, offset=3.0, narrow=0.1):
         b = jnp.sum(-0.5 * (x - offset) ** 2)
         return jnp.logaddexp(a, b)
 
-    return fm.targets.Target("mixture", dim, logdensity, extras={"offset": offset,
-                                                                  "narrow": narrow})
+    return fm.targets.Target(
+        "mixture", dim, logdensity, extras={"offset": offset, "narrow": narrow}
+    )
 
 
 def _target(name):
@@ -51,34 +52,87 @@ CELLS = {
     "funnel_mala": ("funnel", "mala", {}, 5000, 5000, range(3), "hard"),
     "funnel_fisher_nuts": ("funnel", "fisher_nuts", {}, 5000, 5000, range(3), "hard"),
     "funnel_mmala": ("funnel", "mmala", {}, 5000, 5000, range(3), "hard"),
-    "eight_schools_centered_fisher_mala": ("eight_schools_centered", "fisher_mala", {}, 5000,
-                                           5000, range(5), "hard"),
-    "eight_schools_centered_mala": ("eight_schools_centered", "mala", {}, 5000, 5000,
-                                    range(5), "hard"),
-    "eight_schools_centered_fisher_nuts": ("eight_schools_centered", "fisher_nuts", {}, 5000,
-                                           5000, range(5), "hard"),
-    "eight_schools_centered_mmala": ("eight_schools_centered", "mmala", {}, 5000, 5000,
-                                     range(3), "hard"),
+    "eight_schools_centered_fisher_mala": (
+        "eight_schools_centered",
+        "fisher_mala",
+        {},
+        5000,
+        5000,
+        range(5),
+        "hard",
+    ),
+    "eight_schools_centered_mala": (
+        "eight_schools_centered",
+        "mala",
+        {},
+        5000,
+        5000,
+        range(5),
+        "hard",
+    ),
+    "eight_schools_centered_fisher_nuts": (
+        "eight_schools_centered",
+        "fisher_nuts",
+        {},
+        5000,
+        5000,
+        range(5),
+        "hard",
+    ),
+    "eight_schools_centered_mmala": (
+        "eight_schools_centered",
+        "mmala",
+        {},
+        5000,
+        5000,
+        range(3),
+        "hard",
+    ),
     "mixture_fisher_mala": ("mixture", "fisher_mala", {}, 5000, 5000, range(3), "modes"),
-    "mixture_pooled": ("mixture", "fisher_mala", {"pooled": True}, 5000, 5000, range(3),
-                       "modes"),
-    "mixture_split_fisher_mala": ("mixture", "fisher_mala", {"starts": "split"}, 5000, 5000,
-                                  range(3), "modes"),
-    "mixture_split_pooled": ("mixture", "fisher_mala", {"pooled": True, "starts": "split"},
-                             5000, 5000, range(3), "modes"),
+    "mixture_pooled": ("mixture", "fisher_mala", {"pooled": True}, 5000, 5000, range(3), "modes"),
+    "mixture_split_fisher_mala": (
+        "mixture",
+        "fisher_mala",
+        {"starts": "split"},
+        5000,
+        5000,
+        range(3),
+        "modes",
+    ),
+    "mixture_split_pooled": (
+        "mixture",
+        "fisher_mala",
+        {"pooled": True, "starts": "split"},
+        5000,
+        5000,
+        range(3),
+        "modes",
+    ),
     "gp_fisher_mala": ("gp", "fisher_mala", {}, 20000, 20000, range(2), "healthy"),
-    "inhomogeneous_fisher_mala": ("inhomogeneous", "fisher_mala", {}, 20000, 20000, range(2),
-                                  "healthy"),
+    "inhomogeneous_fisher_mala": (
+        "inhomogeneous",
+        "fisher_mala",
+        {},
+        20000,
+        20000,
+        range(2),
+        "healthy",
+    ),
     "german_fisher_mala": ("german", "fisher_mala", {}, 20000, 20000, range(2), "healthy"),
-    "german_pooled": ("german", "fisher_mala", {"pooled": True}, 20000, 20000, range(2),
-                      "healthy"),
+    "german_pooled": ("german", "fisher_mala", {"pooled": True}, 20000, 20000, range(2), "healthy"),
     "pima_fisher_mala": ("pima", "fisher_mala", {}, 20000, 20000, range(1), "healthy"),
     "heart_fisher_mala": ("heart", "fisher_mala", {}, 20000, 20000, range(1), "healthy"),
-    "australian_fisher_mala": ("australian", "fisher_mala", {}, 20000, 20000, range(1),
-                               "healthy"),
+    "australian_fisher_mala": ("australian", "fisher_mala", {}, 20000, 20000, range(1), "healthy"),
     "ripley_fisher_mala": ("ripley", "fisher_mala", {}, 20000, 20000, range(1), "healthy"),
-    "eight_schools_noncentered_fisher_mala": ("eight_schools_noncentered", "fisher_mala", {},
-                                              10000, 10000, range(3), "healthy"),
+    "eight_schools_noncentered_fisher_mala": (
+        "eight_schools_noncentered",
+        "fisher_mala",
+        {},
+        10000,
+        10000,
+        range(3),
+        "healthy",
+    ),
     "arK_fisher_mala": ("arK", "fisher_mala", {}, 10000, 10000, range(2), "healthy"),
     "arK_fisher_nuts": ("arK", "fisher_nuts", {}, 5000, 5000, range(2), "healthy"),
 }
@@ -88,12 +142,16 @@ def _truth(target, draws) -> dict:
     """The sampled spread of the hard parameter against the truth, or each chain's mode."""
     if target.name == "mixture":
         sd = draws.std(axis=1).mean(axis=-1)  # each chain's spread (narrow 0.1, wide 1)
-        return {"chain_modes": ["narrow" if m < 0 else "wide"
-                                for m in draws.mean(axis=(1, 2))],
-                "chain_sd": sd.round(3).tolist()}
+        return {
+            "chain_modes": ["narrow" if m < 0 else "wide" for m in draws.mean(axis=(1, 2))],
+            "chain_sd": sd.round(3).tolist(),
+        }
     if target.name == "funnel":
-        return {"parameter": "v", "sd_ratio": float(draws[..., 0].std() / 3.0),
-                "mean": float(draws[..., 0].mean())}
+        return {
+            "parameter": "v",
+            "sd_ratio": float(draws[..., 0].std() / 3.0),
+            "mean": float(draws[..., 0].mean()),
+        }
     if "reference" not in target.extras:
         return {}
     ref = target.extras["reference"]
@@ -102,8 +160,11 @@ def _truth(target, draws) -> dict:
         ratios = values.reshape(-1, values.shape[-1]).std(0) / np.asarray(ref["sd"])
         return {"parameter": "all", "sd_ratio_range": [float(ratios.min()), float(ratios.max())]}
     i = ref["names"].index("tau")
-    return {"parameter": "tau", "sd_ratio": float(values[..., i].std() / ref["sd"][i]),
-            "mean_ratio": float(values[..., i].mean() / ref["mean"][i])}
+    return {
+        "parameter": "tau",
+        "sd_ratio": float(values[..., i].std() / ref["sd"][i]),
+        "mean_ratio": float(values[..., i].mean() / ref["mean"][i]),
+    }
 
 
 def run_cell(name):
@@ -127,29 +188,50 @@ def run_cell(name):
             start = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                result = fm.sample(jax.random.key(seed), sampler, target.logdensity_fn, x0,
-                                   num_warmup=num_warmup, num_samples=num_samples, **options)
+                result = fm.sample(
+                    jax.random.key(seed),
+                    sampler,
+                    target.logdensity_fn,
+                    x0,
+                    num_warmup=num_warmup,
+                    num_samples=num_samples,
+                    **options,
+                )
             seconds = time.perf_counter() - start
         d = fm.diagnose(result)
         draws = np.asarray(result.samples, np.float64)
-        runs.append({
-            "seed": seed,
-            "warned": any(issubclass(w.category, fm.SamplingWarning) for w in caught),
-            "checks": [f.check for f in d.findings],
-            "max_rhat": float(np.nanmax(d.rhat)),
-            "min_bulk_ess": float(d.ess_bulk.min()),
-            "min_tail_ess": float(d.ess_tail.min()),
-            "acceptance": d.chain_acceptance.round(3).tolist(),
-            "longest_streaks": (None if d.longest_rejection_streak is None
-                                else d.longest_rejection_streak.tolist()),
-            "messages": [f.message for f in d.findings],
-            "truth": _truth(target, draws),
-            "seconds": round(seconds, 1),
-        })
+        runs.append(
+            {
+                "seed": seed,
+                "warned": any(issubclass(w.category, fm.SamplingWarning) for w in caught),
+                "checks": [f.check for f in d.findings],
+                "max_rhat": float(np.nanmax(d.rhat)),
+                "min_bulk_ess": float(d.ess_bulk.min()),
+                "min_tail_ess": float(d.ess_tail.min()),
+                "acceptance": d.chain_acceptance.round(3).tolist(),
+                "longest_streaks": (
+                    None
+                    if d.longest_rejection_streak is None
+                    else d.longest_rejection_streak.tolist()
+                ),
+                "messages": [f.message for f in d.findings],
+                "truth": _truth(target, draws),
+                "seconds": round(seconds, 1),
+            }
+        )
         print(f"  {name} seed {seed}: {runs[-1]['checks']} {runs[-1]['truth']}", flush=True)
-    record = {"cell": name, "target": target_name, "sampler": sampler, "options": CELLS[name][2],
-              "num_warmup": num_warmup, "num_samples": num_samples, "chains": CHAINS,
-              "role": role, "runs": runs, "jax": jax.__version__}
+    record = {
+        "cell": name,
+        "target": target_name,
+        "sampler": sampler,
+        "options": CELLS[name][2],
+        "num_warmup": num_warmup,
+        "num_samples": num_samples,
+        "chains": CHAINS,
+        "role": role,
+        "runs": runs,
+        "jax": jax.__version__,
+    }
     cells.write(path, record)
     return record
 
@@ -159,8 +241,12 @@ def _truth_cell(run) -> str:
     if not t:
         return ""
     if "chain_modes" in t:
-        return ("modes " + "/".join(m[0] for m in t["chain_modes"]) + ", sd "
-                + "/".join(f"{v:.2f}" for v in t["chain_sd"]))
+        return (
+            "modes "
+            + "/".join(m[0] for m in t["chain_modes"])
+            + ", sd "
+            + "/".join(f"{v:.2f}" for v in t["chain_sd"])
+        )
     if "sd_ratio_range" in t:
         low, high = t["sd_ratio_range"]
         return f"every sd x {low:.2f}-{high:.2f}"
@@ -168,8 +254,11 @@ def _truth_cell(run) -> str:
 
 
 def render(root=RESULTS) -> str:
-    lines = ["| cell | role | warm-up + draws | seed | checks failed | max R-hat | min bulk "
-             "ESS | acceptance by chain | truth |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| cell | role | warm-up + draws | seed | checks failed | max R-hat | min bulk "
+        "ESS | acceptance by chain | truth |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in CELLS:
         path = root / f"{name}.json"
         if not path.exists():
@@ -181,7 +270,8 @@ def render(root=RESULTS) -> str:
                 f"| {name} | {r['role']} | {r['num_warmup']} + {r['num_samples']} | "
                 f"{run['seed']} | {checks} | {run['max_rhat']:.3f} | "
                 f"{run['min_bulk_ess']:.0f} | {', '.join(f'{a:.2f}' for a in run['acceptance'])}"
-                f" | {_truth_cell(run)} |")
+                f" | {_truth_cell(run)} |"
+            )
     return "\n".join(lines)
 
 

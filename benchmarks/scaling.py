@@ -64,12 +64,17 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
 
     import fisher_mala as fm
     from fisher_mala import fisher
+    from fisher_mala.adaptations import fisher_preconditioner, robbins_monro
     from fisher_mala.sampling import map_over_chains
     from fisher_mala.sharding import sqrt_precond_sharding
 
     axis = "precond" if problem == "precond" else "data"
-    mesh = jax.make_mesh((1, devices), ("chain", axis), axis_types=(AxisType.Auto,) * 2,
-                         devices=jax.devices()[:devices])
+    mesh = jax.make_mesh(
+        (1, devices),
+        ("chain", axis),
+        axis_types=(AxisType.Auto,) * 2,
+        devices=jax.devices()[:devices],
+    )
     if problem == "precond":
         data = None
 
@@ -79,9 +84,12 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
         target = fm.targets.synthetic_logistic_regression(rows, dim, seed=0)
         data = jax.device_put(target.extras["data"], NamedSharding(mesh, PartitionSpec(axis)))
         logdensity = target.extras["logdensity_with_data"]
-    kernel = fisher.build_kernel()
-    x0 = jax.device_put(jnp.full((1, dim), 0.1, jnp.float32),
-                        NamedSharding(mesh, PartitionSpec("chain")))
+    kernel = fisher.adaptive_step(
+        fisher_preconditioner(fisher.DAMPING), robbins_monro(), "rao_blackwell"
+    )
+    x0 = jax.device_put(
+        jnp.full((1, dim), 0.1, jnp.float32), NamedSharding(mesh, PartitionSpec("chain"))
+    )
 
     def chain(x, data, num_steps):
         fn = lambda y: logdensity(y, data)  # noqa: E731
@@ -101,12 +109,16 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
         start = time.perf_counter()
         compiled = jax.jit(lambda x, d: run(x, d, steps)).lower(x0, data).compile()
         compile_s = time.perf_counter() - start
+
         # The collectives of one iteration: one kernel step from a state made apart (a
         # loop body's collectives appear once in the HLO whatever the trip count).
         def init(x, data):
             return map_over_chains(
-                lambda c, d=None: fisher.init(c, lambda y: logdensity(y, d), 1.0 / dim), x,
-                mesh=mesh, shared=data)
+                lambda c, d=None: fisher.init(c, lambda y: logdensity(y, d), 1.0 / dim),
+                x,
+                mesh=mesh,
+                shared=data,
+            )
 
         def step(state, data):
             def one(s, d=None):
@@ -128,14 +140,22 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
     held = 4 * dim * dim / devices if problem == "precond" else 4 * rows * (dim + 1) / devices
     per_device = None
     if memory is not None:
-        per_device = int(memory.argument_size_in_bytes + memory.output_size_in_bytes
-                         + memory.temp_size_in_bytes)
+        per_device = int(
+            memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+        )
     return {
-        "problem": problem, "dim": dim, "devices": devices, "rows": rows if data else None,
-        "steps": steps, "us_per_iteration": 1e6 * best / steps, "compile_s": compile_s,
-        "held_bytes_per_device": held, "program_bytes_per_device": per_device,
+        "problem": problem,
+        "dim": dim,
+        "devices": devices,
+        "rows": rows if data else None,
+        "steps": steps,
+        "us_per_iteration": 1e6 * best / steps,
+        "compile_s": compile_s,
+        "held_bytes_per_device": held,
+        "program_bytes_per_device": per_device,
         "collective_bytes_per_iteration": collective_bytes(one_step.as_text()),
-        "device_kind": jax.devices()[0].device_kind, "platform": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "platform": jax.default_backend(),
         "jax": jax.__version__,
     }
 
@@ -152,15 +172,20 @@ def _child(args) -> None:
         try:
             record = cell(problem, dim, args.count, args.steps, args.rows)
         except Exception as err:  # e.g. out of memory: the largest d is found by trying
-            print(f"{problem} d={dim} devices={args.count}: {type(err).__name__}: "
-                  f"{str(err)[:300]}", flush=True)
+            print(
+                f"{problem} d={dim} devices={args.count}: {type(err).__name__}: {str(err)[:300]}",
+                flush=True,
+            )
             continue
         path = _path(record)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1))
-        print(f"{problem:8s} d={dim:6d} devices={args.count}: "
-              f"{record['us_per_iteration']:10.1f} us/iteration, "
-              f"{record['collective_bytes_per_iteration']} bytes exchanged", flush=True)
+        print(
+            f"{problem:8s} d={dim:6d} devices={args.count}: "
+            f"{record['us_per_iteration']:10.1f} us/iteration, "
+            f"{record['collective_bytes_per_iteration']} bytes exchanged",
+            flush=True,
+        )
 
 
 def _spawn(count: int, cells, steps: int, rows: int) -> None:
@@ -168,27 +193,45 @@ def _spawn(count: int, cells, steps: int, rows: int) -> None:
     import jax  # only to ask for the platform; the child sets its own device count
 
     if jax.default_backend() == "cpu":
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "")
-                            + f" --xla_force_host_platform_device_count={count}").strip()
+        env["XLA_FLAGS"] = (
+            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={count}"
+        ).strip()
     spec = ";".join(f"{p}:{d}" for p, d in cells)
-    subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--child", str(count),
-                    "--cells", spec, "--steps", str(steps), "--rows", str(rows)],
-                   env=env, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.scaling",
+            "--child",
+            str(count),
+            "--cells",
+            spec,
+            "--steps",
+            str(steps),
+            "--rows",
+            str(rows),
+        ],
+        env=env,
+        check=True,
+    )
 
 
 def render(kind: str = "cpu") -> str:
     records = [json.loads(p.read_text()) for p in sorted((RESULTS / kind).glob("*.json"))]
     records.sort(key=lambda r: (r["problem"], r["devices"], r["dim"]))
-    lines = ["| problem | d | devices | us / iteration | held per device (MB) | "
-             "program per device (MB) | sent per iteration per device (bytes) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| problem | d | devices | us / iteration | held per device (MB) | "
+        "program per device (MB) | sent per iteration per device (bytes) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in records:
         program = r["program_bytes_per_device"]
         lines.append(
             f"| {r['problem']} | {r['dim']} | {r['devices']} | {r['us_per_iteration']:.0f} | "
             f"{r['held_bytes_per_device'] / 1e6:.1f} | "
             f"{'n/a' if program is None else f'{program / 1e6:.1f}'} | "
-            f"{r['collective_bytes_per_iteration']} |")
+            f"{r['collective_bytes_per_iteration']} |"
+        )
     return "\n".join(lines)
 
 
@@ -214,8 +257,13 @@ def main(argv=None) -> None:
     parser.add_argument("--dim", type=int, default=4000, help="d of the --devices cells")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--render", default=None, nargs="?", const="cpu",
-                        help="print the tables of one device kind (default cpu)")
+    parser.add_argument(
+        "--render",
+        default=None,
+        nargs="?",
+        const="cpu",
+        help="print the tables of one device kind (default cpu)",
+    )
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cells", default="", help=argparse.SUPPRESS)
     parser.add_argument("--write-docs", action="store_true", help="fill docs/large_problems.md")

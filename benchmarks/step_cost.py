@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fisher_mala import fisher, mala, pooled
+from fisher_mala.adaptations import fisher_preconditioner, robbins_monro
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_cost.json"
 LOGISTIC_ROWS = 10_000  # rows of the logistic regression's data matrix (the 10^4)
@@ -93,8 +94,10 @@ def measure(dim, dtype, chains, target_name, steps):
     x0 = jnp.zeros(dim, dtype) + 0.01
     out = {}
     mala_kernel = mala.build_kernel()
-    adaptive = fisher.build_kernel(adapt=True)
-    frozen = fisher.build_kernel(adapt=False)
+    adaptive = fisher.adaptive_step(
+        fisher_preconditioner(fisher.DAMPING), robbins_monro(), "rao_blackwell"
+    )
+    frozen = fisher.build_kernel()
 
     def mala_step(k, s):
         return mala_kernel(k, s, logdensity, 0.1)
@@ -107,7 +110,8 @@ def measure(dim, dtype, chains, target_name, steps):
 
     if chains == "pooled16":
         states = pooled.init(jnp.tile(x0, (16, 1)), logdensity, 0.1)
-        pk_adapt, pk_frozen = pooled.build_kernel(True), pooled.build_kernel(False)
+        pk_adapt = pooled.adaptive_step(fisher_preconditioner(), robbins_monro())
+        pk_frozen = pooled.build_kernel()
         kernels = {
             "fisher_frozen": (lambda k, s: pk_frozen(k, s, logdensity), states),
             "fisher_adaptive": (lambda k, s: pk_adapt(k, s, logdensity), states),
@@ -117,14 +121,20 @@ def measure(dim, dtype, chains, target_name, steps):
         num = 1 if chains == "1" else 16
         fstate = fisher.init(x0, logdensity, 0.1)
         mstate = mala.init(x0, logdensity)
-        kernels = {"mala": (mala_step, mstate), "fisher_frozen": (fisher_frozen, fstate),
-                   "fisher_adaptive": (fisher_adaptive, fstate)}
+        kernels = {
+            "mala": (mala_step, mstate),
+            "fisher_frozen": (fisher_frozen, fstate),
+            "fisher_adaptive": (fisher_adaptive, fstate),
+        }
         if num > 1:
+
             def batch(fn):
                 return lambda k, s: jax.vmap(fn)(jax.random.split(k, num), s)
 
-            kernels = {name: (batch(fn), jax.tree.map(lambda a: jnp.stack([a] * num), st))
-                       for name, (fn, st) in kernels.items()}
+            kernels = {
+                name: (batch(fn), jax.tree.map(lambda a: jnp.stack([a] * num), st))
+                for name, (fn, st) in kernels.items()
+            }
     for name, (fn, state) in kernels.items():
         # steady state: the donated state is fed back, so R is updated in place and no
         # buffer is allocated or copied between calls
@@ -141,6 +151,7 @@ def measure(dim, dtype, chains, target_name, steps):
     # The update is what the adaptive step writes: rank one per R, rank 16 for pooled chains.
     r = jnp.asarray(np.random.default_rng(1).normal(size=(dim, dim)), dtype)
     v = jnp.ones((num, dim), dtype)
+
     def product(r, v):
         return jnp.einsum("ij,cj->ci", r, v)
 
@@ -190,7 +201,8 @@ def measure(dim, dtype, chains, target_name, steps):
     out["rank_one_loop"], _ = _loop_time(rank_one_body, rr, steps)
     out["frozen_over_2_matvec_loop"] = out["fisher_frozen"] / (2 * out["matvec_loop"])
     out["adaptive_over_roofline_loop"] = out["fisher_adaptive"] / (
-        3 * out["matvec_loop"] + out["rank_one_loop"])
+        3 * out["matvec_loop"] + out["rank_one_loop"]
+    )
     if "mala" in out:
         out["frozen_over_mala"] = out["fisher_frozen"] / out["mala"]
         out["adaptive_over_mala"] = out["fisher_adaptive"] / out["mala"]
@@ -216,8 +228,9 @@ def orientation(dims=(785, 2000), chains=16) -> list[dict]:
         }
         row = {"dim": dim, "chains": chains}
         row.update({f"single {k}": _timeit(f, r, v, repeats=20) * 1e6 for k, f in single.items()})
-        row.update({f"batched {k}": _timeit(f, rb, vb, repeats=5) * 1e6
-                    for k, f in batched.items()})
+        row.update(
+            {f"batched {k}": _timeit(f, rb, vb, repeats=5) * 1e6 for k, f in batched.items()}
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -245,6 +258,7 @@ def loop_threads(dim=4000, length=10, rounds=7) -> dict:
         call = jax.jit(fn)
         timed[f"{name} call"] = (lambda call=call: call(r, v), 1)
         for unroll, label in ((1, "loop"), (True, "unrolled")):
+
             def run(r, v, fn=fn, unroll=unroll):
                 def body(acc, i):
                     return 0.5 * acc + fn(r, v + 1e-3 * acc), None
@@ -254,8 +268,15 @@ def loop_threads(dim=4000, length=10, rounds=7) -> dict:
             run = jax.jit(run)
             timed[f"{name} {label}"] = (lambda run=run: run(r, v), length)
     for adapt in (False, True):
-        kernel = fisher.build_kernel(adapt=adapt)
+        kernel = (
+            fisher.adaptive_step(
+                fisher_preconditioner(fisher.DAMPING), robbins_monro(), "rao_blackwell"
+            )
+            if adapt
+            else fisher.build_kernel()
+        )
         for unroll, label in ((1, "loop"), (True, "unrolled")):
+
             def run(state, key, kernel=kernel, unroll=unroll):
                 def body(s, i):
                     return kernel(jax.random.fold_in(key, i), s, logdensity)[0], None
@@ -274,15 +295,23 @@ def loop_threads(dim=4000, length=10, rounds=7) -> dict:
             start = time.perf_counter()
             jax.block_until_ready(fn())
             best[name] = min(best[name], (time.perf_counter() - start) / steps * 1e6)
-    return {"dim": dim, "length": length, "rounds": rounds,
-            "cores": len(os.sched_getaffinity(0)), **best}
+    return {
+        "dim": dim,
+        "length": length,
+        "rounds": rounds,
+        "cores": len(os.sched_getaffinity(0)),
+        **best,
+    }
 
 
 #: Table columns: header and the ``us`` key with its format ("-" where a row lacks it).
 COLUMNS = (
-    ("MALA µs", "mala", ".0f"), ("Fisher frozen µs", "fisher_frozen", ".0f"),
-    ("Fisher adaptive µs", "fisher_adaptive", ".0f"), ("R@v µs", "matvec", ".0f"),
-    ("rank-1 µs", "rank_one", ".0f"), ("R@v in loop µs", "matvec_loop", ".0f"),
+    ("MALA µs", "mala", ".0f"),
+    ("Fisher frozen µs", "fisher_frozen", ".0f"),
+    ("Fisher adaptive µs", "fisher_adaptive", ".0f"),
+    ("R@v µs", "matvec", ".0f"),
+    ("rank-1 µs", "rank_one", ".0f"),
+    ("R@v in loop µs", "matvec_loop", ".0f"),
     ("rank-1 in loop µs", "rank_one_loop", ".0f"),
     ("frozen / 2 R@v", "frozen_over_2_matvec", ".2f"),
     ("adaptive / (3 R@v + rank-1)", "adaptive_over_roofline", ".2f"),
@@ -299,8 +328,11 @@ def render(results, columns=COLUMNS) -> str:
     for row in results:
         m = row["us"]
         cells = [format(m[key], fmt) if key in m else "-" for _, key, fmt in columns]
-        lines.append(f"| {row['target']} | {row['dim']} | {row['dtype']} | {row['chains']} | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {row['target']} | {row['dim']} | {row['dtype']} | {row['chains']} | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -316,12 +348,15 @@ def _l3_cache_bytes() -> int | None:
 
 
 def _write(path: Path, argv, rows) -> None:
-    meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
-            "l3_cache_bytes": _l3_cache_bytes(),
-            "jax": jax.__version__,
-            "matmul_precision": jax.config.jax_default_matmul_precision or "default",
-            "command": "python -m benchmarks.step_cost "
-            + " ".join(sys.argv[1:] if argv is None else argv)}
+    meta = {
+        "device": str(jax.devices()[0]),
+        "device_kind": jax.devices()[0].device_kind,
+        "l3_cache_bytes": _l3_cache_bytes(),
+        "jax": jax.__version__,
+        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+        "command": "python -m benchmarks.step_cost "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
@@ -333,27 +368,39 @@ def main(argv=None):
     parser.add_argument("--chains", default="1,16,pooled16")
     parser.add_argument("--targets", default="gaussian,logistic")
     parser.add_argument("--quick", action="store_true", help="fewer steps")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="steps per timed scan (default: sized for ~10 GB/s CPU memory)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="steps per timed scan (default: sized for ~10 GB/s CPU memory)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--render", action="store_true", help="print the table from --out")
-    parser.add_argument("--orientation", action="store_true",
-                        help="only time R@v, v@R, R.T@v (-> results/orientation.json)")
-    parser.add_argument("--threads", type=Path, default=None, metavar="JSON",
-                        help="only time products and steps in and out of a loop "
-                        "(see loop_threads) and write them to JSON")
+    parser.add_argument(
+        "--orientation",
+        action="store_true",
+        help="only time R@v, v@R, R.T@v (-> results/orientation.json)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="only time products and steps in and out of a loop "
+        "(see loop_threads) and write them to JSON",
+    )
     args = parser.parse_args(argv)
     if args.threads is not None:
         row = loop_threads()
         print(json.dumps(row), flush=True)
         args.threads.parent.mkdir(parents=True, exist_ok=True)
-        args.threads.write_text(json.dumps({"device": str(jax.devices()[0]), "row": row},
-                                           indent=1))
+        args.threads.write_text(json.dumps({"device": str(jax.devices()[0]), "row": row}, indent=1))
         return
     if args.orientation:
         path = RESULTS.with_name("orientation.json")
-        path.write_text(json.dumps({"device": str(jax.devices()[0]), "rows": orientation()},
-                                   indent=1))
+        path.write_text(
+            json.dumps({"device": str(jax.devices()[0]), "rows": orientation()}, indent=1)
+        )
         return
     if args.render:
         print(render(json.loads(args.out.read_text())["rows"]))
@@ -373,8 +420,14 @@ def main(argv=None):
                         if args.steps is not None:
                             steps = args.steps
                         us = measure(dim, dtype, chains, target, steps)
-                        row = {"target": target, "dim": dim, "dtype": dtype_name,
-                               "chains": chains, "steps": steps, "us": us}
+                        row = {
+                            "target": target,
+                            "dim": dim,
+                            "dtype": dtype_name,
+                            "chains": chains,
+                            "steps": steps,
+                            "us": us,
+                        }
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         _write(args.out, argv, rows)  # after every cell: a killed run keeps them

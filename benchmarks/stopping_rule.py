@@ -12,7 +12,8 @@ so the signals of the last block alone, whitened by the ``R`` learned before it,
 whatever the running average has accumulated. If ``R_prev`` were already right, ``M``
 would be the sum of ``B`` whitened signals of covariance proportional to ``I``: its
 condition number would be sampling noise, about the Marchenko-Pastur ratio for
-``(d, B)`` (``whitened_warmup.noise_condition_number``) if the signals were independent.
+``(d, B)`` (``fisher_mala.adaptations.stopping_rule.noise_condition_number``) if the
+signals were independent.
 The table gives, per look and chain, ``kappa(M)`` over that ratio; the rule
 (``FisherHMCWarmup.learned``) stops at the first look where it is at most
 ``LEARNED_NOISE_FACTOR`` on every chain. Its effect on the race's min ESS is measured by
@@ -26,8 +27,9 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
-from benchmarks.versus_blackjax import POSTERIORDB, TARGETS, race_start
+from benchmarks.race_setup import POSTERIORDB, TARGETS, race_start
 from fisher_mala import whitened_warmup
+from fisher_mala.adaptations import stopping_rule as stopping_rule_checks
 
 OUT = Path(__file__).resolve().parent / "results" / "stopping_rule.json"
 WARMUP = 5000
@@ -51,12 +53,19 @@ def row(name: str) -> dict:
         while done < num_fisher:  # the race's Fisher phase is whole blocks
             new = resume(keys, carry)[0]
             done += BLOCK
-            kappa = whitened_warmup.block_condition_number(carry[0].sqrt_precond,
-                                                           new[0].sqrt_precond)
+            kappa = stopping_rule_checks.block_condition_number(
+                carry[0].sqrt_precond, new[0].sqrt_precond
+            )
             signals = int(np.min(new[0].count - carry[0].count))
-            noise = float(whitened_warmup.noise_condition_number(target.dim, signals))
-            looks.append({"iteration": done, "signals": signals, "noise": noise,
-                          "ratio": [float(k / noise) for k in kappa]})
+            noise = float(stopping_rule_checks.noise_condition_number(target.dim, signals))
+            looks.append(
+                {
+                    "iteration": done,
+                    "signals": signals,
+                    "noise": noise,
+                    "ratio": [float(k / noise) for k in kappa],
+                }
+            )
             carry = new
         return {"target": name, "dim": target.dim, "looks": looks}
 
@@ -65,8 +74,10 @@ def render(path=OUT) -> str:
     """The table of ``docs/fisher_nuts.md``: ``kappa(M)`` over the noise ratio, per look."""
     rows = json.loads(path.read_text())
     iterations = [look["iteration"] for look in rows[0]["looks"]]
-    lines = ["| target | d | " + " | ".join(f"to iteration {i}" for i in iterations) + " |",
-             "|---|---|" + "---|" * len(iterations)]
+    lines = [
+        "| target | d | " + " | ".join(f"to iteration {i}" for i in iterations) + " |",
+        "|---|---|" + "---|" * len(iterations),
+    ]
     for r in rows:
         cells = [f"{min(look['ratio']):.2g}-{max(look['ratio']):.2g}" for look in r["looks"]]
         lines.append(f"| {r['target']} | {r['dim']} | " + " | ".join(cells) + " |")

@@ -17,8 +17,9 @@ def fill(template: str, values: dict) -> str:
     names = set(PLACEHOLDER.findall(template))
     missing, unused = names - set(values), set(values) - names
     if missing or unused:
-        raise ValueError(f"template and values disagree: missing {sorted(missing)}, "
-                         f"unused {sorted(unused)}")
+        raise ValueError(
+            f"template and values disagree: missing {sorted(missing)}, unused {sorted(unused)}"
+        )
     return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
 
 

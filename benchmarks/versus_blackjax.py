@@ -38,15 +38,14 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
-from benchmarks import cells, templating
+from benchmarks import cells, metric_choice, stopping_rule, templating
+from benchmarks.race_setup import FULL_PROTOCOL, POSTERIORDB, RESULTS, TARGETS, race_start
 from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
 from fisher_mala.sampling import _compile_and_run as _compile_run
 from fisher_mala.whitened_hmc import NUTS_TARGET_ACCEPTANCE
-from fisher_mala.whitened_warmup import DAMPING, FisherHMCWarmup
+from fisher_mala.whitened_warmup import FISHER_NUTS_DAMPING as DAMPING
+from fisher_mala.whitened_warmup import FisherHMCWarmup
 
-RESULTS = Path(__file__).resolve().parent / "results" / "race"
-#: The race's protocol (the command-line defaults); a cell run with less is "shortened".
-FULL_PROTOCOL = {"chains": 4, "samples": 5000, "fisher_warmup": 5000, "nuts_warmup": 1000}
 SAMPLERS = ("fisher_mala", "fisher_mala_pooled", "nuts_diag", "nuts_dense", "blackjax_mala")
 #: NUTS / HMC in the coordinates whitened by the Fisher R (fm.sample's "fisher_nuts", ...).
 WHITENED = ("fisher_nuts", "fisher_nuts_pooled", "fisher_hmc")
@@ -58,14 +57,21 @@ NUTPIE = ("nutpie_diag", "nutpie_low_rank")
 CPU_DEVICES = 2
 #: The peers Fisher NUTS races against.
 PEERS = ("nuts_diag", "nuts_dense", *NUTPIE)
-TARGETS = ("gp", "inhomogeneous", "pima", "caravan", "mnist56", "heart", "german",
-           "australian", "ripley")
 #: Targets whose posterior correlations are dense (not the diagonal Gaussian, not the
 #: non-centred eight schools whose posterior is close to independent).
-DENSE_CORRELATED = ("gp", "pima", "caravan", "mnist56", "heart", "german", "australian",
-                    "ripley", "diamonds", "kilpisjarvi", "arK")
-#: Posteriors nobody here wrote (fisher_mala.targets.posteriordb), raced in float64.
-POSTERIORDB = ("diamonds", "eight_schools_noncentered", "kilpisjarvi", "arK")
+DENSE_CORRELATED = (
+    "gp",
+    "pima",
+    "caravan",
+    "mnist56",
+    "heart",
+    "german",
+    "australian",
+    "ripley",
+    "diamonds",
+    "kilpisjarvi",
+    "arK",
+)
 
 
 def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
@@ -74,14 +80,16 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
 
     logdensity = target.logdensity_fn
     warmup = blackjax.window_adaptation(
-        blackjax.nuts, logdensity, is_mass_matrix_diagonal=diagonal,
+        blackjax.nuts,
+        logdensity,
+        is_mass_matrix_diagonal=diagonal,
         adaptation_info_fn=get_filter_adapt_info_fn(set(), {"num_integration_steps"}, set()),
     )
     keys = jax.random.split(key, positions.shape[0])
     # The same placement as fm.sample's Fisher NUTS: chains split over the devices, one
     # after the other on each device in small dimension.
     mesh = _chain_mesh(positions.shape[0], None)
-    method = _auto_chain_method("hmc", positions, mesh)
+    method = _auto_chain_method(True, positions, mesh)  # a trajectory sampler
     keys, positions = _shard((keys, positions), mesh)
 
     def chains(fn, *args):
@@ -105,8 +113,9 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
 
         return chains(one, keys, states, params)
 
-    (draws, steps), c2, t2 = _compile_run(sample, jax.random.split(keys[0], len(keys)), states,
-                                          params)
+    (draws, steps), c2, t2 = _compile_run(
+        sample, jax.random.split(keys[0], len(keys)), states, params
+    )
     grads = int(grads_warmup + np.asarray(steps).sum())
     return np.asarray(draws), grads, c1 + c2, t1, t2
 
@@ -140,8 +149,9 @@ def _run_blackjax_mala(target, positions, key, num_warmup, num_samples):
 
         return chains(one, keys, positions, sigma2)
 
-    draws, c2, t2 = _compile_run(sample, jax.random.split(keys[0], len(keys)), states.position,
-                                 params.step_size)
+    draws, c2, t2 = _compile_run(
+        sample, jax.random.split(keys[0], len(keys)), states.position, params.step_size
+    )
     grads = int(np.asarray(info.num_grad_evals).sum() + num_samples * positions.shape[0])
     return np.asarray(draws), grads, c1 + c2, t1, t2
 
@@ -160,8 +170,9 @@ def pymc_model(target):
                 pm.Normal("x", mu=target.mean, sigma=np.sqrt(np.diag(target.covariance)))
         elif "X" in target.extras:
             theta = pm.Normal("x", 0.0, 1.0, shape=target.dim)
-            pm.Bernoulli("y", logit_p=pm.math.dot(target.extras["X"], theta),
-                         observed=target.extras["y"])
+            pm.Bernoulli(
+                "y", logit_p=pm.math.dot(target.extras["X"], theta), observed=target.extras["y"]
+            )
         else:
             raise ValueError(f"No PyMC version of target {target.name!r}.")
     return model
@@ -182,15 +193,25 @@ def _run_nutpie(target, positions, seed, adaptation, num_warmup, num_samples):
     compiled = nutpie.compile_pymc_model(pymc_model(target))
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    trace = nutpie.sample(compiled, draws=num_samples, tune=num_warmup,
-                          chains=positions.shape[0], seed=seed, progress_bar=False,
-                          adaptation=adaptation, save_warmup=True, store_unconstrained=True)
+    trace = nutpie.sample(
+        compiled,
+        draws=num_samples,
+        tune=num_warmup,
+        chains=positions.shape[0],
+        seed=seed,
+        progress_bar=False,
+        adaptation=adaptation,
+        save_warmup=True,
+        store_unconstrained=True,
+    )
     seconds = time.perf_counter() - start
     # The unconstrained draws (log of positive parameters, PyMC's declaration order, which
     # the targets follow): the same coordinates as the JAX samplers'.
     draws = np.asarray(trace.sample_stats["unconstrained_draw"])
-    grads = int(np.asarray(trace.sample_stats["n_steps"]).sum()
-                + np.asarray(trace.warmup_sample_stats["n_steps"]).sum())
+    grads = int(
+        np.asarray(trace.sample_stats["n_steps"]).sum()
+        + np.asarray(trace.warmup_sample_stats["n_steps"]).sum()
+    )
     # nutpie does not split its time: warm-up and sampling are reported together.
     return draws, grads, compile_s, seconds, 0.0
 
@@ -206,21 +227,20 @@ def _reference_check(target, draws) -> dict:
     ref_mcse = np.asarray(ref["sd"]) / np.sqrt(ref["num_draws"])
     z = (flat.mean(0) - np.asarray(ref["mean"])) / np.sqrt(mcse**2 + ref_mcse**2)
     ratio = flat.std(0) / np.asarray(ref["sd"])
-    return {"reference_max_abs_z": float(np.abs(z).max()),
-            "reference_sd_ratio": [float(ratio.min()), float(ratio.max())]}
-
-
-def race_start(target, chains):
-    """The race's initial positions (``chains`` of them) and the key every sampler runs with."""
-    key_init, key_run = jax.random.split(jax.random.key(0))
-    dtype = jax.numpy.float64 if jax.config.jax_enable_x64 else jax.numpy.float32
-    return target.initial_positions(key_init, chains, dtype), key_run
+    return {
+        "reference_max_abs_z": float(np.abs(z).max()),
+        "reference_sd_ratio": [float(ratio.min()), float(ratio.max())],
+    }
 
 
 def run_cell(target_name, sampler, args, root=RESULTS):
     path = root / target_name / f"{sampler}.json"
-    protocol = {"chains": args.chains, "samples": args.samples,
-                "fisher_warmup": args.fisher_warmup, "nuts_warmup": args.nuts_warmup}
+    protocol = {
+        "chains": args.chains,
+        "samples": args.samples,
+        "fisher_warmup": args.fisher_warmup,
+        "nuts_warmup": args.nuts_warmup,
+    }
     if getattr(args, "score_prior_weight", None) is not None:
         protocol["score_prior_weight"] = args.score_prior_weight
     if sampler in WHITENED:
@@ -244,52 +264,79 @@ def _run_and_record(target_name, sampler, args, protocol, path):
     positions, key_run = race_start(target, args.chains)
     extra_record = {}
     if sampler.startswith("fisher_mala"):
-        r = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
-                      num_warmup=args.fisher_warmup, num_samples=args.samples,
-                      pooled=sampler.endswith("pooled"))
+        r = fm.sample(
+            key_run,
+            "fisher_mala",
+            target.logdensity_fn,
+            positions,
+            num_warmup=args.fisher_warmup,
+            num_samples=args.samples,
+            pooled=sampler.endswith("pooled"),
+        )
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
     elif sampler in WHITENED:
         name, pooled = sampler.removesuffix("_pooled"), sampler.endswith("pooled")
-        extra = {"damping": protocol["damping"], "metric": protocol["metric"],
-                 "stopping_rule": protocol["stopping_rule"]}
+        extra = {
+            "damping": protocol["damping"],
+            "metric": protocol["metric"],
+            "stopping_rule": protocol["stopping_rule"],
+        }
         if "score_prior_weight" in protocol and not pooled:
             extra["score_prior_weight"] = protocol["score_prior_weight"]
         if "target_acceptance" in protocol:
             extra["hmc_target_acceptance_rate"] = protocol["target_acceptance"]
-        r = fm.sample(key_run, name, target.logdensity_fn, positions,
-                      num_warmup=args.fisher_warmup, num_samples=args.samples,
-                      pooled=pooled, **extra)
+        r = fm.sample(
+            key_run,
+            name,
+            target.logdensity_fn,
+            positions,
+            num_warmup=args.fisher_warmup,
+            num_samples=args.samples,
+            pooled=pooled,
+            **extra,
+        )
         draws, grads = np.asarray(r.samples), int(np.sum(r.num_grad_evals))
         compile_s, warm_s, sample_s = r.compile_seconds, r.warmup_seconds, r.sampling_seconds
         chosen = isinstance(r.parameters.sqrt_precond, fm.DiagonalSqrt)
-        extra_record = {"metric_chosen": "diagonal" if chosen else "dense",
-                        "warmup_iterations": int(r.warmup_info.acceptance_rate.shape[-1]),
-                        "step_size": np.asarray(r.parameters.step_size).tolist(),
-                        "acceptance_mean": float(np.mean(r.sample_stats["acceptance_rate"])),
-                        "divergences": int(np.sum(r.sample_stats["is_divergent"]))}
+        extra_record = {
+            "metric_chosen": "diagonal" if chosen else "dense",
+            "warmup_iterations": int(r.warmup_info.acceptance_rate.shape[-1]),
+            "step_size": np.asarray(r.parameters.step_size).tolist(),
+            "acceptance_mean": float(np.mean(r.sample_stats["acceptance_rate"])),
+            "divergences": int(np.sum(r.sample_stats["is_divergent"])),
+        }
     elif sampler in NUTPIE:
         draws, grads, compile_s, warm_s, sample_s = _run_nutpie(
-            target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup,
-            args.samples)
+            target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup, args.samples
+        )
     elif sampler.startswith("nuts"):
         draws, grads, compile_s, warm_s, sample_s = _run_nuts(
-            target, positions, key_run, sampler == "nuts_diag", args.nuts_warmup, args.samples)
+            target, positions, key_run, sampler == "nuts_diag", args.nuts_warmup, args.samples
+        )
     else:
         draws, grads, compile_s, warm_s, sample_s = _run_blackjax_mala(
-            target, positions, key_run, args.fisher_warmup, args.samples)
+            target, positions, key_run, args.fisher_warmup, args.samples
+        )
     bulk = fm.ess(draws, method="bulk", per_chain=False)
     paper = fm.ess(draws, method="paper", per_chain=False)
     seconds = warm_s + sample_s
     record = {
-        "target": target_name, "sampler": sampler, "protocol": protocol, "dim": target.dim,
-        "bulk_min": float(bulk.min()), "bulk_median": float(np.median(bulk)),
-        "paper_min": float(paper.min()), "paper_median": float(np.median(paper)),
-        "grad_evals": grads, "bulk_min_per_grad": float(bulk.min() / grads),
+        "target": target_name,
+        "sampler": sampler,
+        "protocol": protocol,
+        "dim": target.dim,
+        "bulk_min": float(bulk.min()),
+        "bulk_median": float(np.median(bulk)),
+        "paper_min": float(paper.min()),
+        "paper_median": float(np.median(paper)),
+        "grad_evals": grads,
+        "bulk_min_per_grad": float(bulk.min() / grads),
         "bulk_min_per_second": float(bulk.min() / seconds),
         "paper_min_per_second": float(paper.min() / seconds),
         "seconds": {"compile": compile_s, "warmup": warm_s, "sampling": sample_s},
-        "device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+        "device": str(jax.devices()[0]),
+        "device_kind": jax.devices()[0].device_kind,
         "jax": jax.__version__,
         "matmul_precision": jax.config.jax_default_matmul_precision or "default",
         "dtype": str(positions.dtype),
@@ -297,8 +344,11 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         **extra_record,
     }
     cells.write(path, record)
-    print(f"  computed {target_name:14s} {sampler:20s} bulk min {bulk.min():9.1f} "
-          f"min ESS/s {bulk.min() / seconds:9.2f}  ({seconds:.1f} s)", flush=True)
+    print(
+        f"  computed {target_name:14s} {sampler:20s} bulk min {bulk.min():9.1f} "
+        f"min ESS/s {bulk.min() / seconds:9.2f}  ({seconds:.1f} s)",
+        flush=True,
+    )
 
 
 def _is_full(protocol) -> bool:
@@ -333,8 +383,11 @@ def render(root=RESULTS) -> str:
     The columns a reader compares; each cell's record also has median ESS, the paper's
     estimator's ESS, gradient counts and compile time.
     """
-    lines = ["| target | sampler | min ESS bulk | min ESS/grad (bulk) | min ESS/s (bulk) | "
-             "min ESS/s (paper) | warm-up + sampling s | protocol |", "|" + "---|" * 8]
+    lines = [
+        "| target | sampler | min ESS bulk | min ESS/grad (bulk) | min ESS/s (bulk) | "
+        "min ESS/s (paper) | warm-up + sampling s | protocol |",
+        "|" + "---|" * 8,
+    ]
     verdicts = []
     for target, rows, fisher, others in _fisher_mala_rows(root):
         for s, r in rows.items():
@@ -342,26 +395,42 @@ def render(root=RESULTS) -> str:
             lines.append(
                 f"| {target} | {s} | {r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
                 f"{r['bulk_min_per_second']:.1f} | {r['paper_min_per_second']:.1f} | "
-                f"{sec['warmup'] + sec['sampling']:.1f} | {_protocol(r)} |")
+                f"{sec['warmup'] + sec['sampling']:.1f} | {_protocol(r)} |"
+            )
         if fisher and others:
             best_other = max(others, key=others.get)
-            shortened = ("" if _full_peer(rows[best_other])
-                         else f" (shortened: {_protocol(rows[best_other])})")
-            verdicts.append(f"| {target} | {max(fisher):.1f} | {best_other} "
-                            f"{others[best_other]:.1f}{shortened} | "
-                            f"{max(fisher) / others[best_other]:.2f} |")
-    summary = ["", "| target | best FisherMALA min ESS/s | best BlackJAX sampler, min ESS/s | "
-               "ratio |", "|---|---|---|---|", *verdicts]
+            shortened = (
+                ""
+                if _full_peer(rows[best_other])
+                else f" (shortened: {_protocol(rows[best_other])})"
+            )
+            verdicts.append(
+                f"| {target} | {max(fisher):.1f} | {best_other} "
+                f"{others[best_other]:.1f}{shortened} | "
+                f"{max(fisher) / others[best_other]:.2f} |"
+            )
+    summary = [
+        "",
+        "| target | best FisherMALA min ESS/s | best BlackJAX sampler, min ESS/s | ratio |",
+        "|---|---|---|---|",
+        *verdicts,
+    ]
     return "\n".join(lines + summary)
 
 
 def _fisher_mala_rows(root):
     """Per target: its cells, FisherMALA's min ESS/s and the other samplers' (by name)."""
     for target in TARGETS:
-        rows = {s: json.loads(p.read_text()) for s in SAMPLERS
-                if (p := root / target / f"{s}.json").exists()}
-        fisher = [rows[s]["bulk_min_per_second"] for s in ("fisher_mala", "fisher_mala_pooled")
-                  if s in rows]
+        rows = {
+            s: json.loads(p.read_text())
+            for s in SAMPLERS
+            if (p := root / target / f"{s}.json").exists()
+        }
+        fisher = [
+            rows[s]["bulk_min_per_second"]
+            for s in ("fisher_mala", "fisher_mala_pooled")
+            if s in rows
+        ]
         others = {s: rows[s]["bulk_min_per_second"] for s in SAMPLERS[2:] if s in rows}
         yield target, rows, fisher, others
 
@@ -383,11 +452,13 @@ def goal_values(root=RESULTS) -> dict:
         else:
             short_wins.append(target)
     return {
-        "race_goal_wins": len(wins), "race_goal_targets": len(wins) + len(short_wins) + len(rest),
+        "race_goal_wins": len(wins),
+        "race_goal_targets": len(wins) + len(short_wins) + len(rest),
         "race_goal_win_list": ", ".join(wins) or "none",
         "race_goal_short_wins": ", ".join(short_wins) or "no target",
         "race_goal_below": ", ".join(f"{t} ({r:.2f})" for t, r in rest) or "no target",
-        "race_goal_within": "all within 2x" if all(r >= 0.5 for _, r in rest)
+        "race_goal_within": "all within 2x"
+        if all(r >= 0.5 for _, r in rest)
         else "not all within 2x",
     }
 
@@ -396,27 +467,36 @@ def render_whitened(root=RESULTS) -> dict:
     """The Fisher NUTS race: min bulk ESS per second and per gradient, against the peers
     (tables, and the issue's goals counted)."""
     names = (*WHITENED, "fisher_mala", *PEERS)
-    lines = ["| target | d | " + " | ".join(names) + " | Fisher NUTS / best peer |",
-             "|" + "---|" * (len(names) + 3)]
+    lines = [
+        "| target | d | " + " | ".join(names) + " | Fisher NUTS / best peer |",
+        "|" + "---|" * (len(names) + 3),
+    ]
     per_grad = ["| target | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
     cost = list(per_grad)
     wins, grad_wins, below = [], [], []
     for target in (*TARGETS, *POSTERIORDB):
-        rows = {s: json.loads(p.read_text()) for s in names
-                if (p := root / target / f"{s}.json").exists()}
+        rows = {
+            s: json.loads(p.read_text())
+            for s in names
+            if (p := root / target / f"{s}.json").exists()
+        }
         if not any(s in rows for s in WHITENED):
             continue
         dim = next(iter(rows.values()))["dim"]
-        marks = {s: _diagonal_mark(r) + ("" if _full_peer(r) else SHORTENED_MARK)
-                 for s, r in rows.items()}
-        cells = [f"{_per_second(rows[s]['bulk_min_per_second'])}{marks[s]}"
-                 if s in rows else "" for s in names]
-        grads = [f"{rows[s]['bulk_min_per_grad']:.2e}{marks[s]}" if s in rows else ""
-                 for s in names]
+        marks = {
+            s: _diagonal_mark(r) + ("" if _full_peer(r) else SHORTENED_MARK)
+            for s, r in rows.items()
+        }
+        cells = [
+            f"{_per_second(rows[s]['bulk_min_per_second'])}{marks[s]}" if s in rows else ""
+            for s in names
+        ]
+        grads = [
+            f"{rows[s]['bulk_min_per_grad']:.2e}{marks[s]}" if s in rows else "" for s in names
+        ]
         fisher = max(rows[s]["bulk_min_per_second"] for s in WHITENED[:2] if s in rows)
         # a shortened peer's cell is shown, not compared (a short warm-up is not its best)
-        peers = [rows[s]["bulk_min_per_second"] for s in PEERS
-                 if s in rows and _full_peer(rows[s])]
+        peers = [rows[s]["bulk_min_per_second"] for s in PEERS if s in rows and _full_peer(rows[s])]
         ratio = f"{fisher / max(peers):.2f}" if peers else ""
         if peers:
             wins.append(fisher >= max(peers))
@@ -427,13 +507,21 @@ def render_whitened(root=RESULTS) -> dict:
             grad_wins.append(best > rows["nutpie_low_rank"]["bulk_min_per_grad"])
         lines.append(f"| {target} | {dim} | " + " | ".join(cells) + f" | {ratio} |")
         per_grad.append(f"| {target} | " + " | ".join(grads) + " |")
-        micro = [f"{1e6 * _seconds(rows[s]) / rows[s]['grad_evals']:.1f}" if s in rows else ""
-                 for s in names]
+        micro = [
+            f"{1e6 * _seconds(rows[s]) / rows[s]['grad_evals']:.1f}" if s in rows else ""
+            for s in names
+        ]
         cost.append(f"| {target} | " + " | ".join(micro) + " |")
-    return {"race_table": "\n".join(lines), "race_per_grad_table": "\n".join(per_grad),
-            "race_cost_table": "\n".join(cost), "race_wins": sum(wins),
-            "race_targets": len(wins), "race_below": ", ".join(below) or "none",
-            "race_grad_wins": sum(grad_wins), "race_grad_targets": len(grad_wins)}
+    return {
+        "race_table": "\n".join(lines),
+        "race_per_grad_table": "\n".join(per_grad),
+        "race_cost_table": "\n".join(cost),
+        "race_wins": sum(wins),
+        "race_targets": len(wins),
+        "race_below": ", ".join(below) or "none",
+        "race_grad_wins": sum(grad_wins),
+        "race_grad_targets": len(grad_wins),
+    }
 
 
 def _diagonal_mark(record) -> str:
@@ -470,26 +558,35 @@ def _whitened_cells(*paths):
 
 def render_handover(root=HANDOVER, main_root=RESULTS) -> str:
     """Fisher NUTS against the warm-up length (the hand-over point), min bulk ESS/s."""
-    cells = _whitened_cells(*root.glob("warmup_*/*/*.json"),
-                            *main_root.glob("*/fisher_nuts*.json"),
-                            *DAMPING_ROOT.glob("lambda_*/*/fisher_nuts*.json"))
+    cells = _whitened_cells(
+        *root.glob("warmup_*/*/*.json"),
+        *main_root.glob("*/fisher_nuts*.json"),
+        *DAMPING_ROOT.glob("lambda_*/*/fisher_nuts*.json"),
+    )
     warmups = sorted({w for by_w in cells.values() for w in by_w})
-    keys = sorted((k for k, v in cells.items() if len(v) > 1),
-                  key=lambda k: ((*TARGETS, *POSTERIORDB).index(k[0]), -k[2], k[1]))
-    lines = ["| target | sampler | damping | " + " | ".join(f"warm-up {w}" for w in warmups)
-             + " |", "|" + "---|" * (len(warmups) + 3)]
+    keys = sorted(
+        (k for k, v in cells.items() if len(v) > 1),
+        key=lambda k: ((*TARGETS, *POSTERIORDB).index(k[0]), -k[2], k[1]),
+    )
+    lines = [
+        "| target | sampler | damping | " + " | ".join(f"warm-up {w}" for w in warmups) + " |",
+        "|" + "---|" * (len(warmups) + 3),
+    ]
     for target, sampler, damping in keys:
         by_w = cells[(target, sampler, damping)]
-        row = [f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})"
-               if w in by_w else "" for w in warmups]
+        row = [
+            f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})" if w in by_w else ""
+            for w in warmups
+        ]
         lines.append(f"| {target} | {sampler} | {damping:g} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def render_damping(main_root=RESULTS) -> str:
     """Fisher NUTS with the default damping against other dampings, min ESS per gradient."""
-    cells = _whitened_cells(*main_root.glob("*/fisher_nuts*.json"),
-                            *DAMPING_ROOT.glob("lambda_*/*/fisher_nuts*.json"))
+    cells = _whitened_cells(
+        *main_root.glob("*/fisher_nuts*.json"), *DAMPING_ROOT.glob("lambda_*/*/fisher_nuts*.json")
+    )
     dampings = sorted({k[2] for k in cells}, reverse=True)
     heads = [f"{s}, damping {d:g}" for d in dampings for s in WHITENED[:2]]
     lines = ["| target | " + " | ".join(heads) + " |", "|" + "---|" * (len(heads) + 1)]
@@ -521,11 +618,14 @@ def render_repeats(root=REPEATS) -> dict:
         for path in sorted(run.glob("*/*.json")):
             record = json.loads(path.read_text())
             cells.setdefault((record["target"], record["sampler"]), []).append(
-                record["bulk_min_per_second"])
+                record["bulk_min_per_second"]
+            )
     lines = ["| target | sampler | min ESS/s, each run | median |", "|---|---|---|---|"]
     for (target, sampler), values in sorted(cells.items()):
-        lines.append(f"| {target} | {sampler} | {', '.join(f'{v:.0f}' for v in values)} | "
-                     f"{np.median(values):.0f} |")
+        lines.append(
+            f"| {target} | {sampler} | {', '.join(f'{v:.0f}' for v in values)} | "
+            f"{np.median(values):.0f} |"
+        )
     return {"repeats": len(runs), "repeats_table": "\n".join(lines)}
 
 
@@ -536,8 +636,11 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
     lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
     # The learning variants run the whole Fisher phase (the stopping rule needs a frozen
     # R), so the frozen R they are compared with is the whole phase's too, when measured.
-    frozen_roots = [STOPPING / "warmup_5000" / "rule_off", main_root,
-                    *DAMPING_ROOT.glob("lambda_*")]
+    frozen_roots = [
+        STOPPING / "warmup_5000" / "rule_off",
+        main_root,
+        *DAMPING_ROOT.glob("lambda_*"),
+    ]
     dampings = set()
     for target in (*TARGETS, *POSTERIORDB):
         paths = [p / target / "fisher_nuts.json" for p in variants]
@@ -547,10 +650,14 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
         damping = _damping(learning[0])
         if any(_damping(r) != damping for r in learning):
             continue  # a variant not yet rerun at this damping
-        frozen = [r for p in frozen_roots if (path := p / target / "fisher_nuts.json").exists()
-                  and _damping(r := json.loads(path.read_text())) == damping
-                  and r.get("metric_chosen") != "diagonal"  # learning keeps a dense R
-                  and _is_full(r["protocol"])]
+        frozen = [
+            r
+            for p in frozen_roots
+            if (path := p / target / "fisher_nuts.json").exists()
+            and _damping(r := json.loads(path.read_text())) == damping
+            and r.get("metric_chosen") != "diagonal"  # learning keeps a dense R
+            and _is_full(r["protocol"])
+        ]
         frozen.sort(key=lambda r: r["protocol"].get("stopping_rule", False))
         if not frozen:
             continue
@@ -558,30 +665,41 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
         rows = [frozen[0], *learning]
         cells = [f"{r['bulk_min_per_second']:.0f} ({r['bulk_min_per_grad']:.3f})" for r in rows]
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
-    return {"keep_learning_table": "\n".join(lines),
-            "keep_learning_damping": ", ".join(f"{d:g}" for d in sorted(dampings))}
+    return {
+        "keep_learning_table": "\n".join(lines),
+        "keep_learning_damping": ", ".join(f"{d:g}" for d in sorted(dampings)),
+    }
 
 
 def render_stopping(root=STOPPING) -> str:
     """Fisher NUTS with the Fisher phase ended by the stopping rule or run in full."""
-    lines = ["| target | warm-up | Fisher iterations with the rule | min ESS/s, full / rule | "
-             "min ESS per gradient, full / rule |", "|---|---|---|---|---|"]
+    lines = [
+        "| target | warm-up | Fisher iterations with the rule | min ESS/s, full / rule | "
+        "min ESS per gradient, full / rule |",
+        "|---|---|---|---|---|",
+    ]
     warmups = sorted(int(p.name.removeprefix("warmup_")) for p in root.glob("warmup_*"))
     for target in (*TARGETS, *POSTERIORDB):
         for warmup in warmups:
-            pair = [cells.load(root / f"warmup_{warmup}" / f"rule_{rule}" / target
-                               / "fisher_nuts.json") for rule in ("off", "on")]
+            pair = [
+                cells.load(root / f"warmup_{warmup}" / f"rule_{rule}" / target / "fisher_nuts.json")
+                for rule in ("off", "on")
+            ]
             if None in pair:
                 continue
             off, on = pair
             warm = FisherHMCWarmup(lambda x: x, damping=on["protocol"]["damping"])
             num_fisher, _ = warm.split(warmup)
-            used = next(n for n in range(num_fisher + 1)
-                        if n + warm.tuning_steps(warmup, n) == on["warmup_iterations"])
+            used = next(
+                n
+                for n in range(num_fisher + 1)
+                if n + warm.tuning_steps(warmup, n) == on["warmup_iterations"]
+            )
             lines.append(
                 f"| {target} | {warmup} | {used} of {num_fisher} | "
                 f"{off['bulk_min_per_second']:.0f} / {on['bulk_min_per_second']:.0f} | "
-                f"{off['bulk_min_per_grad']:.3f} / {on['bulk_min_per_grad']:.3f} |")
+                f"{off['bulk_min_per_grad']:.3f} / {on['bulk_min_per_grad']:.3f} |"
+            )
     return "\n".join(lines)
 
 
@@ -592,8 +710,9 @@ ACCEPTANCE = RESULTS.parent / "fisher_nuts_acceptance"
 
 def render_acceptance(root=ACCEPTANCE) -> dict:
     """Fisher NUTS's min ESS per gradient, step and gradients per draw, by target acceptance."""
-    accepts = sorted((p.name.removeprefix("accept_") for p in root.glob("accept_*")),
-                     key=float, reverse=True)
+    accepts = sorted(
+        (p.name.removeprefix("accept_") for p in root.glob("accept_*")), key=float, reverse=True
+    )
     base = [float(a) for a in accepts].index(NUTS_TARGET_ACCEPTANCE)  # ratios to the default
     head = [f"acceptance {a}" for a in accepts]
     lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
@@ -602,32 +721,52 @@ def render_acceptance(root=ACCEPTANCE) -> dict:
         rows = [cells.load(root / f"accept_{a}" / target / "fisher_nuts.json") for a in accepts]
         if None in rows:
             continue
-        per_draw = [r["grad_evals"] / (r["protocol"]["chains"] * r["protocol"]["samples"])
-                    for r in rows]
-        lines.append(f"| {target} | " + " | ".join(
-            f"{r['bulk_min_per_grad']:.3f} ({np.mean(r['step_size']):.2f}, {g:.1f})"
-            for r, g in zip(rows, per_draw, strict=True)) + " |")
+        per_draw = [
+            r["grad_evals"] / (r["protocol"]["chains"] * r["protocol"]["samples"]) for r in rows
+        ]
+        lines.append(
+            f"| {target} | "
+            + " | ".join(
+                f"{r['bulk_min_per_grad']:.3f} ({np.mean(r['step_size']):.2f}, {g:.1f})"
+                for r, g in zip(rows, per_draw, strict=True)
+            )
+            + " |"
+        )
         ratios.append([r["bulk_min_per_grad"] / rows[base]["bulk_min_per_grad"] for r in rows])
     ratios = np.asarray(ratios)
-    summary = [f"{a}: geometric mean {np.exp(np.mean(np.log(col))):.2f}, "
-               f"{np.sum(col < 1)} of {len(col)} targets lower"
-               for i, (a, col) in enumerate(zip(accepts, ratios.T, strict=True)) if i != base]
-    return {"acceptance_table": "\n".join(lines), "acceptance_default": accepts[base],
-            "acceptance_summary": "; ".join(summary)}
+    summary = [
+        f"{a}: geometric mean {np.exp(np.mean(np.log(col))):.2f}, "
+        f"{np.sum(col < 1)} of {len(col)} targets lower"
+        for i, (a, col) in enumerate(zip(accepts, ratios.T, strict=True))
+        if i != base
+    ]
+    return {
+        "acceptance_table": "\n".join(lines),
+        "acceptance_default": accepts[base],
+        "acceptance_summary": "; ".join(summary),
+    }
 
 
 def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
     """Fisher NUTS's ``chain_method`` table (``python -m benchmarks.chain_method``)."""
     rows = json.loads(path.read_text())["rows"]
     counts = sorted({r.get("devices", 1) for r in rows})
-    heads = [f"{m}, {c} device{'s' if c > 1 else ''}" for c in counts
-             for m in ("vectorized", "sequential")]
+    heads = [
+        f"{m}, {c} device{'s' if c > 1 else ''}"
+        for c in counts
+        for m in ("vectorized", "sequential")
+    ]
     lines = ["| target | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for target in dict.fromkeys(r["target"] for r in rows):
-        cells = [", ".join(f"{r['bulk_min_per_second']:.0f}" for r in rows
-                           if r["target"] == target and r["chain_method"] == m
-                           and r.get("devices", 1) == c)
-                 for c in counts for m in ("vectorized", "sequential")]
+        cells = [
+            ", ".join(
+                f"{r['bulk_min_per_second']:.0f}"
+                for r in rows
+                if r["target"] == target and r["chain_method"] == m and r.get("devices", 1) == c
+            )
+            for c in counts
+            for m in ("vectorized", "sequential")
+        ]
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -637,8 +776,10 @@ def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
 
     Seconds are not comparable across devices; ESS per gradient is.
     """
-    lines = ["| sampler | device | warm-up + draws | min bulk ESS | min ESS per gradient "
-             "| min ESS/s |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| sampler | device | warm-up + draws | min bulk ESS | min ESS per gradient | min ESS/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for root in roots:
         for sampler in (*WHITENED, "fisher_mala", "fisher_mala_pooled", *PEERS):
             path = root / "mnist56" / f"{sampler}.json"
@@ -649,9 +790,11 @@ def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
             warmup = p["fisher_warmup"] if sampler.startswith("fisher") else p["nuts_warmup"]
             device = "CPU (2 cores)" if r.get("device_kind", "cpu") == "cpu" else r["device_kind"]
             name = f"{sampler} (damping {_damping(r):g})" if sampler in WHITENED else sampler
-            lines.append(f"| {name} | {device} | {warmup} + {p['samples']} | "
-                         f"{r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
-                         f"{r['bulk_min_per_second']:.3g} |")
+            lines.append(
+                f"| {name} | {device} | {warmup} + {p['samples']} | "
+                f"{r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
+                f"{r['bulk_min_per_second']:.3g} |"
+            )
     return "\n".join(lines)
 
 
@@ -662,14 +805,19 @@ MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
 def render_whitened_page() -> str:
     """The race section of ``docs/fisher_nuts.md``: ``templates/fisher_nuts_race.md`` with
     every table and count of the cached cells."""
-    from benchmarks import metric_choice, stopping_rule
-
-    values = {**render_whitened(), **render_repeats(), "mnist_table": render_mnist(),
-              "metric_table": metric_choice.render(), "damping_table": render_damping(),
-              "handover_table": render_handover(), **render_keep_learning(),
-              "chain_method_table": render_chain_method(),
-              "stopping_looks_table": stopping_rule.render(),
-              "stopping_table": render_stopping(), **render_acceptance()}
+    values = {
+        **render_whitened(),
+        **render_repeats(),
+        "mnist_table": render_mnist(),
+        "metric_table": metric_choice.render(),
+        "damping_table": render_damping(),
+        "handover_table": render_handover(),
+        **render_keep_learning(),
+        "chain_method_table": render_chain_method(),
+        "stopping_looks_table": stopping_rule.render(),
+        "stopping_table": render_stopping(),
+        **render_acceptance(),
+    }
     return templating.fill(templating.load("fisher_nuts_race.md"), values).strip()
 
 
@@ -717,26 +865,58 @@ def main(argv=None):
     parser.add_argument("--samplers", default="all")
     for option, default in FULL_PROTOCOL.items():
         parser.add_argument(f"--{option.replace('_', '-')}", type=int, default=default)
-    parser.add_argument("--score-prior-weight", type=float, default=None,
-                        help="Fisher NUTS keeps learning R from its draws' scores")
-    parser.add_argument("--damping", type=float, default=None,
-                        help=f"Fisher phase damping of Fisher NUTS / HMC (default {DAMPING})")
-    parser.add_argument("--metric", default="auto", choices=("auto", "dense", "diagonal"),
-                        help="metric of Fisher NUTS / HMC (cells before it existed: dense)")
-    parser.add_argument("--stopping-rule", default="on", choices=("on", "off"),
-                        help="Fisher NUTS / HMC end the Fisher phase by the stopping rule "
-                             "(cells before it existed: off)")
-    parser.add_argument("--target-acceptance", type=float, default=None,
-                        help="dual-averaging target of Fisher NUTS / HMC's step-size phase")
-    parser.add_argument("--repeats", type=int, default=0,
-                        help="run the cells this many times into results/race_repeats/repK")
+    parser.add_argument(
+        "--score-prior-weight",
+        type=float,
+        default=None,
+        help="Fisher NUTS keeps learning R from its draws' scores",
+    )
+    parser.add_argument(
+        "--damping",
+        type=float,
+        default=None,
+        help=f"Fisher phase damping of Fisher NUTS / HMC (default {DAMPING})",
+    )
+    parser.add_argument(
+        "--metric",
+        default="auto",
+        choices=("auto", "dense", "diagonal"),
+        help="metric of Fisher NUTS / HMC (cells before it existed: dense)",
+    )
+    parser.add_argument(
+        "--stopping-rule",
+        default="on",
+        choices=("on", "off"),
+        help="Fisher NUTS / HMC end the Fisher phase by the stopping rule "
+        "(cells before it existed: off)",
+    )
+    parser.add_argument(
+        "--target-acceptance",
+        type=float,
+        default=None,
+        help="dual-averaging target of Fisher NUTS / HMC's step-size phase",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=0,
+        help="run the cells this many times into results/race_repeats/repK",
+    )
     parser.add_argument("--render", action="store_true")
-    parser.add_argument("--render-whitened", action="store_true",
-                        help="print the Fisher NUTS race tables")
-    parser.add_argument("--write-docs", action="store_true",
-                        help="write the Fisher NUTS race tables into docs/fisher_nuts.md")
-    parser.add_argument("--root", type=Path, default=RESULTS,
-                        help="cache folder (e.g. results/race_gpu for an accelerator's run)")
+    parser.add_argument(
+        "--render-whitened", action="store_true", help="print the Fisher NUTS race tables"
+    )
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="write the Fisher NUTS race tables into docs/fisher_nuts.md",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=RESULTS,
+        help="cache folder (e.g. results/race_gpu for an accelerator's run)",
+    )
     args = parser.parse_args(argv)
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_force_host_platform_device_count" not in flags:  # before JAX starts its backend

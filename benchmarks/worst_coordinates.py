@@ -20,7 +20,7 @@ import numpy as np
 import scipy.stats
 
 import fisher_mala as fm
-from benchmarks.versus_blackjax import FULL_PROTOCOL, RESULTS, race_start
+from benchmarks.race_setup import FULL_PROTOCOL, RESULTS, race_start
 
 __all__ = ["diagnose"]
 
@@ -29,9 +29,14 @@ def diagnose(target_name: str, worst: int = 5) -> dict:
     """Bulk ESS and marginal shape of the worst and of median coordinates."""
     target = fm.targets.get(target_name)
     positions, key_run = race_start(target, FULL_PROTOCOL["chains"])
-    result = fm.sample(key_run, "fisher_mala", target.logdensity_fn, positions,
-                       num_warmup=FULL_PROTOCOL["fisher_warmup"],
-                       num_samples=FULL_PROTOCOL["samples"])
+    result = fm.sample(
+        key_run,
+        "fisher_mala",
+        target.logdensity_fn,
+        positions,
+        num_warmup=FULL_PROTOCOL["fisher_warmup"],
+        num_samples=FULL_PROTOCOL["samples"],
+    )
     draws = np.asarray(result.samples, np.float64)
     bulk = fm.ess(draws, method="bulk", per_chain=False)
     flat = draws.reshape(-1, draws.shape[-1])
@@ -40,18 +45,24 @@ def diagnose(target_name: str, worst: int = 5) -> dict:
     design = target.extras.get("X")
 
     def describe(j):
-        row = {"coordinate": int(j), "bulk_ess": float(bulk[j]),
-               "skewness": float(scipy.stats.skew(flat[:, j])),
-               "excess_kurtosis": float(scipy.stats.kurtosis(flat[:, j]))}
+        row = {
+            "coordinate": int(j),
+            "bulk_ess": float(bulk[j]),
+            "skewness": float(scipy.stats.skew(flat[:, j])),
+            "excess_kurtosis": float(scipy.stats.kurtosis(flat[:, j])),
+        }
         if design is not None:
             row["nonzero_rows"] = float(np.mean(design[:, j] != 0))
         return row
 
     return {
-        "target": target_name, "protocol": FULL_PROTOCOL, "dim": target.dim,
+        "target": target_name,
+        "protocol": FULL_PROTOCOL,
+        "dim": target.dim,
         "worst": [describe(j) for j in order[:worst]],
-        "median": [describe(j) for j in order[middle - worst // 2: middle - worst // 2 + worst]],
-        "device": str(jax.devices()[0]), "jax": jax.__version__,
+        "median": [describe(j) for j in order[middle - worst // 2 : middle - worst // 2 + worst]],
+        "device": str(jax.devices()[0]),
+        "jax": jax.__version__,
     }
 
 

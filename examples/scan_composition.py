@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fisher_mala as fm
-from fisher_mala.step_size import adapt_step_size
+from fisher_mala.adaptations.step_size import adapt_step_size, robbins_monro
 
 
 def main(argv=None):
@@ -26,25 +26,33 @@ def main(argv=None):
     target = fm.targets.gp_gaussian()
     logdensity = target.logdensity_fn
     mala = fm.mala.build_kernel()
-    adaptive = fm.fisher_mala.build_kernel(signal="rao_blackwell", adapt=True)
-    frozen = fm.fisher_mala.build_kernel(adapt=False)
+    # Algorithm 1's step: the preconditioned MALA kernel composed with two adaptations
+    adaptive = fm.fisher.adaptive_step(
+        fm.fisher_preconditioner(damping=10.0), robbins_monro(0.574, 0.015), "rao_blackwell"
+    )
+    frozen = fm.fisher_mala.build_kernel()  # R and sigma^2 from the state
 
     def run_chain(key, x0):
         k_mala, k_adapt, k_draw = jax.random.split(key, 3)
+
         # 1. plain MALA adapting sigma^2 towards 0.574 (Algorithm 1's initialization)
         def mala_step(carry, k):
             state, sigma2 = carry
             state, info = mala(k, state, logdensity, sigma2)
             return (state, adapt_step_size(sigma2, info.acceptance_rate, 0.574, 0.015)), None
 
-        (state, sigma2), _ = jax.lax.scan(mala_step, (fm.mala.init(x0, logdensity), 1e-3),
-                                          jax.random.split(k_mala, n0))
+        (state, sigma2), _ = jax.lax.scan(
+            mala_step, (fm.mala.init(x0, logdensity), 1e-3), jax.random.split(k_mala, n0)
+        )
         # 2. R = I / sqrt(lambda) and adaptive FisherMALA: one iteration per step
-        fstate = fm.fisher.state_from(state.position, state.logdensity,
-                                      state.logdensity_grad, sigma2, damping=10.0)
-        fstate, _ = jax.lax.scan(lambda s, k: adaptive(k, s, logdensity), fstate,
-                                 jax.random.split(k_adapt, n_adapt))
+        fstate = fm.fisher.state_from(
+            state.position, state.logdensity, state.logdensity_grad, sigma2, damping=10.0
+        )
+        fstate, _ = jax.lax.scan(
+            lambda s, k: adaptive(k, s, logdensity), fstate, jax.random.split(k_adapt, n_adapt)
+        )
         fstate = fm.fisher.refresh_trace(fstate)
+
         # 3. frozen: same state type, R and sigma^2 fixed
         def draw(s, k):
             s, info = frozen(k, s, logdensity)

@@ -24,46 +24,34 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import Array
-from jax.flatten_util import ravel_pytree
 
-from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, sampling_algorithm
-from fisher_mala.mala import MALAInfo
-from fisher_mala.proposals import langevin_transition, normalized_step_size
-from fisher_mala.pytree import flat_logdensity_and_grad, ravel
-from fisher_mala.sqrt_precond import cholesky_rank_one_update
-from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+from fisher_mala import mala, square_roots, validation
+from fisher_mala.adaptations.base import Adaptation
+from fisher_mala.adaptations.haario import (
+    HaarioCovariance,
+    haario_covariance,
+    haario_init,
+    haario_update,
+)
+from fisher_mala.adaptations.step_size import (
+    MALA_TARGET_ACCEPTANCE,
+    STEP_SIZE_LEARNING_RATE,
+    RobbinsMonroState,
+    robbins_monro,
+)
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, sampling_algorithm
+from fisher_mala.mala import MALAState
+from fisher_mala.pytree import ravel
+from fisher_mala.square_roots import CholeskySqrt
 
 __all__ = [
-    "HaarioCovariance",
     "AdaMALAState",
-    "haario_init",
-    "haario_update",
     "init",
+    "mala_state",
     "build_kernel",
+    "adaptive_step",
     "as_top_level_api",
 ]
-
-
-class HaarioCovariance(NamedTuple):
-    """The running mean and the Cholesky factor of Eq. (17)'s covariance.
-
-    Attributes
-    ----------
-    mean
-        ``mu_n`` (flat).
-    chol_upper
-        ``U`` with ``U^T U = Sigma_n`` (``sqrt(lambda) I`` until two states are seen).
-    trace
-        ``tr(Sigma_n)``.
-    count
-        ``n``, the number of states absorbed.
-    """
-
-    mean: Array
-    chol_upper: Array
-    trace: Array
-    count: Array
 
 
 class AdaMALAState(NamedTuple):
@@ -75,36 +63,6 @@ class AdaMALAState(NamedTuple):
     covariance: HaarioCovariance
     step_size: Array
     whitened_grad: Array
-
-
-def haario_init(dim: int, damping, dtype) -> HaarioCovariance:
-    """Empty recursion: ``U = sqrt(lambda) I`` so that ``Sigma_2`` gets its ``lambda I``."""
-    damping = jnp.asarray(damping, dtype)
-    return HaarioCovariance(
-        mean=jnp.zeros(dim, dtype),
-        chol_upper=jnp.sqrt(damping) * jnp.eye(dim, dtype=dtype),
-        trace=dim * damping,
-        count=jnp.zeros((), jnp.int32),
-    )
-
-
-def haario_update(cov: HaarioCovariance, x: Array) -> HaarioCovariance:
-    """Absorb the state ``x_n`` into Eq. (17) (mean and Cholesky factor), in O(d^2)."""
-    dtype = x.dtype
-    n = cov.count + 1
-    nf = n.astype(dtype)
-    diff = x - cov.mean
-    # Sigma_n = a Sigma_{n-1} + b diff diff^T; for n = 2 "a Sigma_1" is the lambda I term.
-    a = jnp.where(n <= 2, 1.0, (nf - 2.0) / jnp.maximum(nf - 1.0, 1.0)).astype(dtype)
-    b = (1.0 / nf).astype(dtype)
-    upper = cholesky_rank_one_update(jnp.sqrt(a) * cov.chol_upper, jnp.sqrt(b) * diff)
-    first = n == 1  # mu_1 = x_1, no covariance yet
-    return HaarioCovariance(
-        mean=jnp.where(first, x, cov.mean + diff / nf),
-        chol_upper=jnp.where(first, cov.chol_upper, upper),
-        trace=jnp.where(first, cov.trace, a * cov.trace + b * jnp.dot(diff, diff)),
-        count=n,
-    )
 
 
 def init(
@@ -126,47 +84,66 @@ def init(
     )
 
 
-def build_kernel(
-    target_acceptance_rate=MALA_TARGET_ACCEPTANCE, step_size_learning_rate=LEARNING_RATE
-) -> Callable:
-    """Adaptive AdaMALA kernel ``(rng_key, state, logdensity_fn) -> (state, info)``."""
+def mala_state(state: AdaMALAState) -> MALAState:
+    """The preconditioned MALA kernel's view: ``R = U^T`` of the covariance's factor."""
+    cov = state.covariance
+    return MALAState(
+        state.position,
+        state.logdensity,
+        state.logdensity_grad,
+        CholeskySqrt(cov.chol_upper),
+        cov.trace,
+        state.whitened_grad,
+    )
+
+
+def build_kernel() -> Callable:
+    """The frozen AdaMALA kernel ``(rng_key, state, logdensity_fn) -> (state, info)``:
+    preconditioned MALA with ``R = chol(Sigma_n)`` and ``sigma^2`` of the state."""
+    mala_kernel = mala.build_kernel()
 
     def kernel(rng_key, state: AdaMALAState, logdensity_fn: Callable):
-        position, unravel = ravel_pytree(state.position)
-        upper = state.covariance.chol_upper
-        step = normalized_step_size(state.step_size, state.covariance.trace, position.shape[0])
-        proposal = langevin_transition(
-            rng_key,
-            position,
-            state.logdensity,
-            state.whitened_grad,
-            step,
-            flat_logdensity_and_grad(logdensity_fn, unravel),
-            lambda w: w @ upper,  # R w = U^T w
-            lambda g: upper @ g,  # R^T g = U g
-        )
-        accepted = proposal.is_accepted
-        moved = accept(
-            accepted,
-            state,
-            position=unravel(proposal.position),
-            logdensity=proposal.logdensity,
-            logdensity_grad=unravel(proposal.logdensity_grad),
-        )
-        covariance = haario_update(state.covariance, ravel(moved.position))
-        new_state = moved._replace(
-            covariance=covariance,
-            step_size=adapt_step_size(
-                state.step_size,
-                proposal.acceptance_rate,
-                target_acceptance_rate,
-                step_size_learning_rate,
-            ),
-            whitened_grad=covariance.chol_upper @ ravel(moved.logdensity_grad),
-        )
-        return new_state, MALAInfo(proposal.acceptance_rate, accepted, proposal.is_finite)
+        moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
+        return state._replace(
+            position=moved.position,
+            logdensity=moved.logdensity,
+            logdensity_grad=moved.logdensity_grad,
+            whitened_grad=moved.whitened_grad,
+        ), info
 
     return kernel
+
+
+def adaptive_step(covariance: Adaptation, step_size_rule: Adaptation) -> Callable:
+    """AdaMALA's step: the preconditioned MALA kernel, then Eq. (17) and the step-size rule.
+
+    ``covariance`` is :func:`~fisher_mala.adaptations.haario.haario_covariance`, fed the
+    chain's new state; the whitened gradient of the new state needs one more pass over
+    the new factor (the Cholesky update has no O(d) formula for it).
+
+    Returns
+    -------
+    step
+        ``step(rng_key, state, logdensity_fn) -> (state, info)`` on an
+        :class:`AdaMALAState`.
+    """
+    mala_kernel = mala.build_kernel()
+
+    def step(rng_key, state: AdaMALAState, logdensity_fn: Callable):
+        moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
+        cov = covariance.update(state.covariance, ravel(moved.position))
+        step_size = step_size_rule.update(RobbinsMonroState(state.step_size), info.acceptance_rate)
+        new_state = AdaMALAState(
+            moved.position,
+            moved.logdensity,
+            moved.logdensity_grad,
+            cov,
+            step_size_rule.final(step_size),
+            square_roots.whiten(covariance.final(cov), ravel(moved.logdensity_grad)),
+        )
+        return new_state, info
+
+    return step
 
 
 def as_top_level_api(
@@ -174,7 +151,7 @@ def as_top_level_api(
     step_size,
     damping=10.0,
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-    step_size_learning_rate=LEARNING_RATE,
+    step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
 ) -> SamplingAlgorithm:
     """Adaptive AdaMALA from the first step (``Sigma`` and ``sigma^2`` adapted every step).
 
@@ -187,7 +164,9 @@ def as_top_level_api(
     """
     validation.check_positive("step_size", step_size, "It is sigma^2 of Eq. (7).")
     validation.check_positive("damping", damping, "The paper uses lambda = 10.")
-    kernel = build_kernel(target_acceptance_rate, step_size_learning_rate)
+    kernel = adaptive_step(
+        haario_covariance(damping), robbins_monro(target_acceptance_rate, step_size_learning_rate)
+    )
 
     def init_fn(position):
         validation.check_position(position)

@@ -27,7 +27,7 @@ The checks and their thresholds:
   threshold in the sampling phase; as in Stan, a single one means the trajectories meet
   curvature the step size cannot follow (a neck), and the draws may be biased there;
 * ``stuck`` and ``step_size_at_bound``: no proposal accepted in the sampling phase, or an
-  adapted step size at the clipping bound of its dtype (:func:`fm.diagnostics.faults`).
+  adapted step size at the clipping bound of its dtype (:func:`faults`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from fisher_mala import convergence
+from fisher_mala.adaptations.step_size import step_size_bounds
 
 __all__ = [
     "MAX_RHAT",
@@ -53,6 +56,7 @@ __all__ = [
     "Finding",
     "Diagnosis",
     "coordinate_names",
+    "faults",
     "diagnose",
     "warn",
 ]
@@ -65,8 +69,6 @@ STREAK_ALPHA = 1e-6  # probability of the longest rejection streak under steady 
 STREAK_MIN_SHARE = 0.02  # ... and the share of a chain's draws that the streak holds
 STREAK_MIN_LENGTH = 100  # ... and its length (healthy heavy tails: up to 91 measured)
 _MAX_LISTED = 5
-#: Samplers whose ``is_divergent`` reports a divergent trajectory (not a non-finite proposal).
-TRAJECTORY_SAMPLERS = ("hmc", "fisher_hmc", "fisher_nuts", "custom")
 
 
 class SamplingWarning(RuntimeWarning):
@@ -205,14 +207,12 @@ def _centre_of_others(means, var_of_mean):
 
 
 def _check_disagreement(names, x, alpha):
-    import arviz as az
-
     num_chains, _, dim = x.shape
     if num_chains < 2:
         return None
     means = x.mean(axis=1)  # (C, D)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ess = np.stack([np.asarray(az.ess(x[c : c + 1], method="mean")) for c in range(num_chains)])
+        ess = convergence.per_chain_ess_mean(x)
         var_of_mean = x.var(axis=1) / ess  # squared MCSE, (C, D)
         others, others_var = _centre_of_others(means, var_of_mean)
         z = (means - others) / np.sqrt(var_of_mean + others_var)
@@ -334,9 +334,31 @@ def _check_divergences(is_divergent):
     )
 
 
-def _check_faults(result):
-    from fisher_mala.diagnostics import faults
+def faults(result) -> dict[str, np.ndarray]:
+    """Per-chain counts of what went wrong numerically in a :func:`fm.sample` run.
 
+    Returns
+    -------
+    dict
+        ``nonfinite_warmup`` / ``nonfinite_sampling``: proposals whose log density or
+        gradient was NaN or inf (all rejected); ``step_size_at_bound``: the adapted step
+        size sits at the clipping bound ``[sqrt(tiny), sqrt(max)]`` of its dtype (the
+        adaptation wanted to go further); ``accepted_sampling``: accepted proposals in the
+        sampling phase (0 means the chain never moved).
+    """
+    step = np.asarray(result.parameters.step_size)
+    low, high = (
+        step_size_bounds(step.dtype) if np.issubdtype(step.dtype, np.floating) else (0.0, np.inf)
+    )
+    return {
+        "nonfinite_warmup": (~np.asarray(result.warmup_info.proposal_is_finite)).sum(-1),
+        "nonfinite_sampling": (~np.asarray(result.sample_stats["proposal_is_finite"])).sum(-1),
+        "step_size_at_bound": (step <= low * (1 + 1e-6)) | (step >= high * (1 - 1e-6)),
+        "accepted_sampling": np.asarray(result.sample_stats["is_accepted"]).sum(-1),
+    }
+
+
+def _check_faults(result):
     report = faults(result)
     found = []
     stuck = np.flatnonzero(report["accepted_sampling"] == 0)
@@ -388,17 +410,11 @@ def diagnose(
     Diagnosis
         The per-coordinate diagnostics and the failed checks, as data.
     """
-    import arviz as az
-
     names, x = coordinate_names(result)
     num_chains = x.shape[0]
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        rhat = (
-            np.asarray(az.rhat(x), np.float64) if num_chains > 1 else np.full(x.shape[-1], np.nan)
-        )
-        bulk = np.asarray(az.ess(x, method="bulk"), np.float64)
-        tail = np.asarray(az.ess(x, method="tail", prob=(0.05, 0.95)), np.float64)
+        rhat, bulk, tail = convergence.rhat_and_ess(x)
         stats = result.sample_stats
         rates = np.asarray(stats["acceptance_rate"], np.float64).mean(axis=-1)
         streaks = None
@@ -410,14 +426,14 @@ def diagnose(
                 rates, getattr(result, "target_acceptance", None), acceptance_tolerance
             ),
         ]
-        if result.sampler in TRAJECTORY_SAMPLERS and "is_divergent" in stats:
+        if getattr(result, "reports_divergences", False) and "is_divergent" in stats:
             findings.append(_check_divergences(stats["is_divergent"]))
         if getattr(result, "rejects_whole_proposals", False) and result.thinning == 1:
             findings.append(
                 _check_streaks(names, x, stats["is_accepted"], streak_alpha, streak_min_share)
             )
             streaks = longest_rejection_streaks(stats["is_accepted"])[0]
-    if result.sampler != "custom":
+    if getattr(result, "tuned", True):
         findings += _check_faults(result)
     return Diagnosis(
         names, rhat, bulk, tail, rates, streaks, [f for f in findings if f is not None]

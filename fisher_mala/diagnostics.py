@@ -22,7 +22,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from fisher_mala.checks import Diagnosis, SamplingWarning, diagnose
+from fisher_mala import convergence
+from fisher_mala.checks import Diagnosis, SamplingWarning, diagnose, faults
 
 __all__ = [
     "autocorrelation",
@@ -74,6 +75,14 @@ def _as_chain_draw_dim(samples) -> np.ndarray:
     return np.concatenate([leaf.reshape(*leaf.shape[:2], -1) for leaf in leaves], axis=-1)
 
 
+#: ESS methods computed by :mod:`fisher_mala.convergence` (vectorized, equal to ArviZ's).
+_VECTORIZED = {
+    "bulk": convergence.ess_bulk,
+    "tail": convergence.ess_tail,
+    "mean": convergence.ess_mean,
+}
+
+
 def ess(samples, method: str = "bulk", per_chain: bool = False) -> np.ndarray:
     """Per-dimension effective sample size.
 
@@ -83,8 +92,10 @@ def ess(samples, method: str = "bulk", per_chain: bool = False) -> np.ndarray:
         A :class:`~fisher_mala.sampling.SamplingResult` or a pytree of
         ``(chains, draws, ...)`` arrays (flattened into ``D`` dimensions).
     method
-        An ``az.ess`` method (``"bulk"``, the default, ``"tail"``, ``"mean"``, ...), or
-        ``"paper"``: TFP's per-chain estimator, as the paper's tables.
+        ``"bulk"`` (the default), ``"tail"`` (quantiles 0.05 and 0.95) or ``"mean"``
+        (:mod:`fisher_mala.convergence`, equal to ArviZ's), another ``az.ess`` method
+        (``"sd"``, ``"median"``, ``"quantile"`` at 0.5, ...), or ``"paper"``: TFP's
+        per-chain estimator, as the paper's tables.
     per_chain
         ``False`` (default): one value per dimension, shape ``(D,)``: ArviZ's
         multi-chain estimator, which chains that disagree pull down; for ``"paper"``, the
@@ -95,11 +106,19 @@ def ess(samples, method: str = "bulk", per_chain: bool = False) -> np.ndarray:
     if method == "paper":
         per = paper_ess(x, axis=1)
         return per if per_chain else per.sum(axis=0)
+    if method in _VECTORIZED:
+        estimator = _VECTORIZED[method]
+        if per_chain:
+            return np.stack([estimator(x[c : c + 1]) for c in range(len(x))])
+        return estimator(x)
     import arviz as az
 
+    options = {"prob": 0.5} if method == "quantile" else {}
     if per_chain:
-        return np.stack([np.asarray(az.ess(x[c : c + 1], method=method)) for c in range(len(x))])
-    return np.asarray(az.ess(x, method=method))
+        return np.stack(
+            [np.asarray(az.ess(x[c : c + 1], method=method, **options)) for c in range(len(x))]
+        )
+    return np.asarray(az.ess(x, method=method, **options))
 
 
 @dataclass
@@ -141,7 +160,7 @@ def summary(result) -> Summary:
     counts every evaluation of the run, all chains. For the paper's per-chain table use
     :func:`paper_summary`; for the checks behind ``fm.sample``'s warnings, :func:`diagnose`.
     """
-    d = diagnose(result)
+    d = getattr(result, "diagnosis", None) or diagnose(result)  # fm.sample's, if it ran
     seconds = result.warmup_seconds + result.sampling_seconds
     worst = int(np.argmin(d.ess_bulk))
     low = float(d.ess_bulk[worst])
@@ -266,29 +285,3 @@ def to_arviz(result):
         coords=getattr(result, "coords", None),
         dims=getattr(result, "dims", None),
     )
-
-
-def faults(result) -> dict[str, np.ndarray]:
-    """Per-chain counts of what went wrong numerically in a :func:`fm.sample` run.
-
-    Returns
-    -------
-    dict
-        ``nonfinite_warmup`` / ``nonfinite_sampling``: proposals whose log density or
-        gradient was NaN or inf (all rejected); ``step_size_at_bound``: the adapted step
-        size sits at the clipping bound ``[sqrt(tiny), sqrt(max)]`` of its dtype (the
-        adaptation wanted to go further); ``accepted_sampling``: accepted proposals in the
-        sampling phase (0 means the chain never moved).
-    """
-    from fisher_mala.step_size import step_size_bounds
-
-    step = np.asarray(result.parameters.step_size)
-    low, high = (
-        step_size_bounds(step.dtype) if np.issubdtype(step.dtype, np.floating) else (0.0, np.inf)
-    )
-    return {
-        "nonfinite_warmup": (~np.asarray(result.warmup_info.proposal_is_finite)).sum(-1),
-        "nonfinite_sampling": (~np.asarray(result.sample_stats["proposal_is_finite"])).sum(-1),
-        "step_size_at_bound": (step <= low * (1 + 1e-6)) | (step >= high * (1 - 1e-6)),
-        "accepted_sampling": np.asarray(result.sample_stats["is_accepted"]).sum(-1),
-    }

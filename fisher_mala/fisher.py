@@ -1,6 +1,11 @@
-"""Fisher adaptive MALA (Titsias, 2023): Algorithm 1's loop as a BlackJAX-style kernel.
+"""Fisher adaptive MALA (Titsias, 2023): Algorithm 1's loop as a composed step.
 
-One step (``adapt=True``) is one iteration of Algorithm 1's loop:
+FisherMALA is the preconditioned MALA kernel (:mod:`fisher_mala.mala`) composed with two
+adaptations (:mod:`fisher_mala.adaptations`): the Fisher square-root recursion and the
+step-size rule. :func:`adaptive_step` composes them; :func:`build_kernel` is the frozen
+kernel of the sampling phase (``R`` and ``sigma^2`` from the state).
+
+One adaptive step is one iteration of Algorithm 1's loop:
 
 1. propose ``y = x + R w``, ``w = (s/2) u_x + sqrt(s) eta`` with the normalized step
    ``s = sigma^2 / (tr(R R^T) / d)`` of Eq. (7), ``u_x = R^T g_x`` cached in the state;
@@ -8,9 +13,9 @@ One step (``adapt=True``) is one iteration of Algorithm 1's loop:
 3. ``u_y = R^T g_y`` (computed as ``g_y @ R``, the fast orientation on XLA:CPU);
 4. accept with Proposition 1's ``h`` terms (dot products of ``w``, ``u_x``, ``u_y``);
 5. the adaptation signal in whitened form ``phi = R^T s_n``, free from ``u_x`` and
-   ``u_y`` (:func:`fisher_mala.preconditioner.whitened_signal`: Eq. (16), Eq. (15), the
+   ``u_y`` (:func:`fisher_mala.adaptations.fisher.whitened_signal`: Eq. (16), Eq. (15), the
    score of Eq. (11), Appendix C's centred score);
-6. the square-root update of :func:`fisher_mala.preconditioner.fisher_preconditioner`
+6. the square-root update of :func:`fisher_mala.adaptations.fisher.fisher_preconditioner`
    (Prop. 4, or Appendix B with ``learning_rate``, or Appendix C for ``"centered"``);
 7. ``sigma^2 <- sigma^2 [1 + rho (alpha - alpha*)]``;
 8. ``tr(R R^T)``, the cached ``u = R^T g`` of the new state and (centred signal) the cached
@@ -36,11 +41,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import Array
-from jax.flatten_util import ravel_pytree
 
-from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, accept
-from fisher_mala.preconditioner import (
+from fisher_mala import mala, validation
+from fisher_mala.adaptations.base import Adaptation
+from fisher_mala.adaptations.fisher import (
     DAMPING,
     SIGNALS,
     FisherPreconditionerState,
@@ -49,9 +53,15 @@ from fisher_mala.preconditioner import (
     refresh_trace,
     whitened_signal,
 )
-from fisher_mala.proposals import langevin_transition, normalized_step_size
-from fisher_mala.pytree import flat_logdensity_and_grad, ravel
-from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+from fisher_mala.adaptations.step_size import (
+    MALA_TARGET_ACCEPTANCE,
+    STEP_SIZE_LEARNING_RATE,
+    RobbinsMonroState,
+    robbins_monro,
+)
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI
+from fisher_mala.mala import MALAInfo, MALAState
+from fisher_mala.pytree import ravel
 
 __all__ = [
     "SIGNALS",
@@ -60,7 +70,9 @@ __all__ = [
     "FisherMALAInfo",
     "init",
     "state_from",
+    "mala_state",
     "build_kernel",
+    "adaptive_step",
     "refresh_trace",
     "as_top_level_api",
     "fisher_mala",
@@ -104,25 +116,8 @@ class FisherMALAState(NamedTuple):
     count: Array
 
 
-class FisherMALAInfo(NamedTuple):
-    """Diagnostics of one FisherMALA transition.
-
-    Attributes
-    ----------
-    acceptance_rate
-        The M-H probability ``alpha(x_n, y_n)``.
-    is_accepted
-        Whether the proposal was accepted.
-    proposal_is_finite
-        False when the proposal's log density or gradient was NaN or inf (rejected).
-    normalized_step_size
-        ``sigma_R^2 = sigma^2 / (tr(A) / d)`` used by this proposal.
-    """
-
-    acceptance_rate: Array
-    is_accepted: Array
-    proposal_is_finite: Array
-    normalized_step_size: Array
+#: FisherMALA reports the preconditioned MALA kernel's info.
+FisherMALAInfo = MALAInfo
 
 
 def init(
@@ -185,109 +180,110 @@ def state_from(
     )
 
 
-def build_kernel(
-    signal: str = "rao_blackwell",
-    learning_rate: Callable | float | None = None,
-    adapt: bool = True,
-    damping=DAMPING,
-) -> Callable:
-    """Build the FisherMALA kernel.
+def mala_state(state: FisherMALAState) -> MALAState:
+    """The preconditioned MALA kernel's view of a FisherMALA state (no copy)."""
+    return MALAState(
+        state.position,
+        state.logdensity,
+        state.logdensity_grad,
+        state.sqrt_precond,
+        state.trace_precond,
+        state.whitened_grad,
+    )
 
-    Parameters
-    ----------
-    signal
-        One of :data:`SIGNALS`.
-    learning_rate
-        ``None`` for ``gamma_n = 1/n`` (Proposition 4); a float in (0, 1) or a schedule
-        ``n -> gamma_n`` (an optax schedule works) for Appendix B. ``n`` is the 1-based
-        index of the update; the first update is always Eq. (12).
-    adapt
-        ``False`` freezes ``R`` and ``sigma^2`` (the sampling phase).
-    damping
-        ``lambda`` of Eq. (8), the same as the state's (:func:`init`): with an Appendix B
-        ``learning_rate`` the kernel keeps the damping at ``lambda / n``
-        (:func:`fisher_mala.preconditioner.fisher_preconditioner`); otherwise it enters
-        only through the initial ``R_0 = I / sqrt(lambda)``.
+
+def build_kernel() -> Callable:
+    """The frozen FisherMALA kernel: preconditioned MALA with the state's ``R`` and
+    ``sigma^2`` (the sampling phase; two passes over ``R`` per step).
 
     Returns
     -------
     kernel
-        ``kernel(rng_key, state, logdensity_fn, target_acceptance_rate=0.574,
-        step_size_learning_rate=0.015) -> (state, info)``.
+        ``kernel(rng_key, state, logdensity_fn) -> (state, info)`` for a
+        :class:`FisherMALAState`; ``info`` is a :class:`~fisher_mala.mala.MALAInfo`.
     """
-    validation.check_choice("signal", signal, SIGNALS)
-    adaptation = fisher_preconditioner(damping, learning_rate, centered=signal == "centered")
+    mala_kernel = mala.build_kernel()
 
-    def kernel(
-        rng_key,
-        state: FisherMALAState,
-        logdensity_fn: Callable,
-        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
-    ) -> tuple[FisherMALAState, FisherMALAInfo]:
-        # 1. preconditioned MALA with the R of the state (u_x = R^T g_x cached with it)
-        position, unravel = ravel_pytree(state.position)
-        sqrt_precond = state.sqrt_precond
-        step = normalized_step_size(state.step_size, state.trace_precond, position.shape[0])
-        proposal = langevin_transition(
-            rng_key,
-            position,
-            state.logdensity,
-            state.whitened_grad,
-            step,
-            flat_logdensity_and_grad(logdensity_fn, unravel),
-            lambda w: sqrt_precond @ w,  # pass 1
-            lambda g: g @ sqrt_precond,  # pass 2
-        )
-        accepted = proposal.is_accepted
-        info = FisherMALAInfo(proposal.acceptance_rate, accepted, proposal.is_finite, step)
-        moved = accept(
-            accepted,
-            state,
-            position=unravel(proposal.position),
-            logdensity=proposal.logdensity,
-            logdensity_grad=unravel(proposal.logdensity_grad),
-            whitened_grad=proposal.whitened_grad,
-        )
-        if not adapt:
-            return moved, info
-
-        # 2. the Fisher adaptation, fed the whitened signal (no pass over R)
-        phi = whitened_signal(
-            signal,
-            state.whitened_grad,
-            proposal.whitened_grad,
-            proposal.acceptance_rate,
-            accepted,
-            proposal.is_finite,
-        )
-        precond = FisherPreconditionerState(
-            sqrt_precond, state.trace_precond, state.whitened_mean_score, state.count
-        )
-        precond, update = adaptation.update(precond, phi)  # passes 3 and 4
-        # 3. the step-size rule of Algorithm 1
-        new_step = adapt_step_size(
-            state.step_size,
-            proposal.acceptance_rate,
-            target_acceptance_rate,
-            step_size_learning_rate,
-        )
-        new_state = moved._replace(
-            sqrt_precond=precond.sqrt_precond,
-            trace_precond=precond.trace_precond,
-            whitened_grad=carry_whitened(update, moved.whitened_grad),
-            whitened_mean_score=precond.whitened_mean_score,
-            step_size=new_step,
-            count=precond.count,
-        )
-        return new_state, info
+    def kernel(rng_key, state: FisherMALAState, logdensity_fn: Callable):
+        moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
+        return _merge(state, moved), info
 
     return kernel
 
 
+def _merge(state: FisherMALAState, moved: MALAState) -> FisherMALAState:
+    return state._replace(
+        position=moved.position,
+        logdensity=moved.logdensity,
+        logdensity_grad=moved.logdensity_grad,
+        whitened_grad=moved.whitened_grad,
+    )
+
+
+def adaptive_step(
+    preconditioner: Adaptation,
+    step_size_rule: Adaptation,
+    signal: str = "rao_blackwell",
+) -> Callable:
+    """Algorithm 1's loop: the preconditioned MALA kernel, then the two adaptations.
+
+    Parameters
+    ----------
+    preconditioner
+        :func:`~fisher_mala.adaptations.fisher.fisher_preconditioner` (its ``centered``
+        must match ``signal``).
+    step_size_rule
+        :func:`~fisher_mala.adaptations.step_size.robbins_monro`.
+    signal
+        One of :data:`SIGNALS`: which whitened signal the preconditioner learns from.
+
+    Returns
+    -------
+    step
+        ``step(rng_key, state, logdensity_fn) -> (state, info)`` on a
+        :class:`FisherMALAState`: 3 matrix-vector passes over ``R`` and one rank-one
+        read-modify-write (module docstring).
+    """
+    validation.check_choice("signal", signal, SIGNALS)
+    mala_kernel = mala.build_kernel()
+
+    def step(rng_key, state: FisherMALAState, logdensity_fn: Callable):
+        # 1. preconditioned MALA with the R of the state (u_x = R^T g_x cached with it)
+        moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
+        # 2. the Fisher adaptation, fed the whitened signal (no pass over R)
+        phi = whitened_signal(
+            signal,
+            info.whitened_grad,
+            info.proposal_whitened_grad,
+            info.acceptance_rate,
+            info.is_accepted,
+            info.proposal_is_finite,
+        )
+        precond = FisherPreconditionerState(
+            state.sqrt_precond, state.trace_precond, state.whitened_mean_score, state.count
+        )
+        precond, update = preconditioner.update(precond, phi)  # passes 3 and 4
+        # 3. the step-size rule of Algorithm 1
+        step_size = step_size_rule.update(RobbinsMonroState(state.step_size), info.acceptance_rate)
+        new_state = FisherMALAState(
+            position=moved.position,
+            logdensity=moved.logdensity,
+            logdensity_grad=moved.logdensity_grad,
+            sqrt_precond=precond.sqrt_precond,
+            step_size=step_size_rule.final(step_size),
+            trace_precond=precond.trace_precond,
+            whitened_grad=carry_whitened(update, moved.whitened_grad),
+            whitened_mean_score=precond.whitened_mean_score,
+            count=precond.count,
+        )
+        return new_state, info
+
+    return step
+
+
 def _check_learning_rate(learning_rate) -> None:
     """Values of an Appendix B rate (its combination with the centred signal is refused by
-    :func:`fisher_mala.preconditioner.fisher_preconditioner`)."""
+    :func:`fisher_mala.adaptations.fisher.fisher_preconditioner`)."""
     if learning_rate is None:
         return
     probes = (2, 3, 10, 1000)
@@ -314,7 +310,7 @@ def as_top_level_api(
     step_size,
     damping=DAMPING,
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-    step_size_learning_rate=LEARNING_RATE,
+    step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
     signal: str = "rao_blackwell",
     learning_rate: Callable | float | None = None,
     adapt: bool = True,
@@ -369,7 +365,14 @@ def as_top_level_api(
     _check_learning_rate(learning_rate)
     if not callable(logdensity_fn):
         raise TypeError(f"`logdensity_fn` must be callable, got {logdensity_fn!r}.")
-    kernel = build_kernel(signal, learning_rate, adapt, damping)
+    if adapt:
+        kernel = adaptive_step(
+            fisher_preconditioner(damping, learning_rate, centered=signal == "centered"),
+            robbins_monro(target_acceptance_rate, step_size_learning_rate),
+            signal,
+        )
+    else:
+        kernel = build_kernel()
 
     def init_fn(position, rng_key=None, sqrt_precond=None):
         del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
@@ -377,9 +380,7 @@ def as_top_level_api(
 
     @jax.jit
     def step_fn(rng_key, state):
-        return kernel(
-            rng_key, state, logdensity_fn, target_acceptance_rate, step_size_learning_rate
-        )
+        return kernel(rng_key, state, logdensity_fn)
 
     return SamplingAlgorithm(init_fn, step_fn)
 

@@ -1,38 +1,50 @@
-"""Preconditioned MALA with a fixed preconditioner (layer 3).
+"""Preconditioned MALA: the one Langevin kernel of the library (layer 3).
 
 The proposal is the normalized one of Eq. (7)::
 
     y ~ N(x + (s/2) A grad log pi(x), s A),   s = sigma^2 / (tr(A) / d),  A = R R^T,
 
-plain MALA when ``sqrt_precond`` is ``None`` (``A = I``, ``s = sigma^2``). Proposal and
-acceptance come from :mod:`fisher_mala.proposals`, shared with FisherMALA.
+plain MALA when the state's ``sqrt_precond`` is ``None`` (``A = I``, ``s = sigma^2``).
+Proposal and acceptance come from :mod:`fisher_mala.proposals`.
 
-``R`` is a *call argument* of the kernel, as BlackJAX's tuning parameters are, so an
-external adaptation may change it between any two steps. The state therefore caches
-nothing derived from ``R``: it holds the position, the log density and its gradient, as
-``blackjax.mala`` does, and a step makes three passes over ``R`` (``g_x^T R``, ``R w``,
-``g_y^T R``). FisherMALA, whose ``R`` lives in its state, caches ``R^T g`` and needs two.
-``tr(A)`` is computed once, when the top-level algorithm is built.
+The state carries ``R`` (any form of :mod:`fisher_mala.square_roots`), ``tr(A)`` and the
+whitened gradient ``u = R^T g`` at the position, so a step makes **two** passes over
+``R`` (``R w`` and ``g_y^T R``). ``sigma^2`` is a call argument. The kernel adapts
+nothing: its info exposes what adaptations learn from (the acceptance probability, the
+whitened gradients before and after the proposal), and FisherMALA, pooled FisherMALA and
+AdaMALA are this kernel composed with adaptations (:mod:`fisher_mala.adaptive`). A state
+whose ``R`` was changed by an adaptation must get its ``whitened_grad`` and
+``trace_precond`` with it (:func:`with_sqrt_precond`, or the O(d) carries of the Fisher
+recursion).
 """
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala import validation
+from fisher_mala import square_roots, validation
 from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI, accept
 from fisher_mala.proposals import langevin_transition, normalized_step_size
 from fisher_mala.pytree import flat_logdensity_and_grad, ravel
 
-__all__ = ["MALAState", "MALAInfo", "init", "build_kernel", "as_top_level_api", "mala"]
+__all__ = [
+    "MALAState",
+    "MALAInfo",
+    "init",
+    "state_from",
+    "with_sqrt_precond",
+    "build_kernel",
+    "as_top_level_api",
+    "mala",
+]
 
 
 class MALAState(NamedTuple):
-    """State of (preconditioned) MALA, as ``blackjax.mala``'s.
+    """State of (preconditioned) MALA.
 
     Attributes
     ----------
@@ -42,15 +54,25 @@ class MALAState(NamedTuple):
         ``log pi(position)``.
     logdensity_grad
         Its gradient, in the position's structure.
+    sqrt_precond
+        ``R`` (a ``(d, d)`` array or another form of :mod:`fisher_mala.square_roots`), or
+        ``None`` for plain MALA.
+    trace_precond
+        ``tr(R R^T)`` (``None`` for plain MALA).
+    whitened_grad
+        ``R^T grad`` at the position (flat), carried so that no extra pass is needed.
     """
 
     position: ArrayTree
     logdensity: Array
     logdensity_grad: ArrayTree
+    sqrt_precond: Any = None
+    trace_precond: Array | None = None
+    whitened_grad: Array | None = None
 
 
 class MALAInfo(NamedTuple):
-    """Diagnostics of one MALA transition.
+    """Diagnostics of one MALA transition, and what adaptations learn from.
 
     Attributes
     ----------
@@ -61,65 +83,78 @@ class MALAInfo(NamedTuple):
     proposal_is_finite
         False when the proposal's log density or gradient was NaN or inf (it is then
         rejected).
+    normalized_step_size
+        ``sigma_R^2 = sigma^2 / (tr(A) / d)`` used by this proposal.
+    whitened_grad
+        ``u_x = R^T g_x`` at the position the step started from.
+    proposal_whitened_grad
+        ``u_y = R^T g_y`` at the proposal (whatever the M-H outcome).
     """
 
     acceptance_rate: Array
     is_accepted: Array
     proposal_is_finite: Array
+    normalized_step_size: Array
+    whitened_grad: Array
+    proposal_whitened_grad: Array
 
 
-def _preconditioner_maps(sqrt_precond):
-    if sqrt_precond is None:
-        return (lambda w: w), (lambda g: g)
-    return (lambda w: sqrt_precond @ w), (lambda g: g @ sqrt_precond)
+def state_from(
+    position: ArrayTree, logdensity: Array, logdensity_grad: ArrayTree, sqrt_precond=None
+) -> MALAState:
+    """The state at an already evaluated position with square root ``sqrt_precond``
+    (no evaluation, no validation; one pass over ``R`` for the whitened gradient)."""
+    return with_sqrt_precond(MALAState(position, logdensity, logdensity_grad), sqrt_precond)
 
 
-def init(position: ArrayTree, logdensity_fn: Callable) -> MALAState:
+def with_sqrt_precond(state: MALAState, sqrt_precond) -> MALAState:
+    """``state`` with a new ``R``: its trace and whitened gradient recomputed (two passes)."""
+    trace = None if sqrt_precond is None else square_roots.trace(sqrt_precond)
+    whitened = square_roots.whiten(sqrt_precond, ravel(state.logdensity_grad))
+    return state._replace(sqrt_precond=sqrt_precond, trace_precond=trace, whitened_grad=whitened)
+
+
+def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond=None) -> MALAState:
     """Create the initial :class:`MALAState` (validates the inputs first)."""
     validation.check_position(position)
     validation.check_logdensity(logdensity_fn, position)
+    if sqrt_precond is not None and not isinstance(
+        sqrt_precond, square_roots.DiagonalSqrt | square_roots.CholeskySqrt
+    ):
+        sqrt_precond = jnp.asarray(sqrt_precond)
+        validation.check_sqrt_precond(sqrt_precond, ravel(position).shape[0])
     logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
-    return MALAState(position, logdensity, grad)
+    return state_from(position, logdensity, grad, sqrt_precond)
 
 
 def build_kernel() -> Callable:
-    """Build the MALA kernel.
+    """Build the preconditioned MALA kernel.
 
     Returns
     -------
     kernel
-        ``kernel(rng_key, state, logdensity_fn, step_size, sqrt_precond=None,
-        trace_precond=None) -> (state, info)``. ``step_size`` is the un-normalized
-        ``sigma^2``; ``sqrt_precond`` a ``(d, d)`` square root ``R``;
-        ``trace_precond = tr(R R^T)`` is recomputed (one extra pass) when not given.
+        ``kernel(rng_key, state, logdensity_fn, step_size) -> (state, info)``;
+        ``step_size`` is the un-normalized ``sigma^2`` of Eq. (7); ``R``, ``tr(A)`` and
+        ``R^T g`` come from the state.
     """
 
     def kernel(
-        rng_key,
-        state: MALAState,
-        logdensity_fn: Callable,
-        step_size,
-        sqrt_precond: Array | None = None,
-        trace_precond=None,
+        rng_key, state: MALAState, logdensity_fn: Callable, step_size
     ) -> tuple[MALAState, MALAInfo]:
         position, unravel = ravel_pytree(state.position)
-        dim = position.shape[0]
+        sqrt_precond = state.sqrt_precond
         step = jnp.asarray(step_size, position.dtype)
-        if sqrt_precond is not None:
-            validation.check_sqrt_precond_shape(sqrt_precond, dim)
-            if trace_precond is None:
-                trace_precond = jnp.sum(sqrt_precond * sqrt_precond)
-            step = normalized_step_size(step, trace_precond, dim)
-        color, whiten = _preconditioner_maps(sqrt_precond)
+        if state.trace_precond is not None:
+            step = normalized_step_size(step, state.trace_precond, position.shape[0])
         proposal = langevin_transition(
             rng_key,
             position,
             state.logdensity,
-            whiten(ravel(state.logdensity_grad)),
+            state.whitened_grad,
             step,
             flat_logdensity_and_grad(logdensity_fn, unravel),
-            color,
-            whiten,
+            lambda w: square_roots.color(sqrt_precond, w),  # pass 1
+            lambda g: square_roots.whiten(sqrt_precond, g),  # pass 2
         )
         new_state = accept(
             proposal.is_accepted,
@@ -127,8 +162,16 @@ def build_kernel() -> Callable:
             position=unravel(proposal.position),
             logdensity=proposal.logdensity,
             logdensity_grad=unravel(proposal.logdensity_grad),
+            whitened_grad=proposal.whitened_grad,
         )
-        info = MALAInfo(proposal.acceptance_rate, proposal.is_accepted, proposal.is_finite)
+        info = MALAInfo(
+            proposal.acceptance_rate,
+            proposal.is_accepted,
+            proposal.is_finite,
+            step,
+            state.whitened_grad,
+            proposal.whitened_grad,
+        )
         return new_state, info
 
     return kernel
@@ -147,7 +190,8 @@ def as_top_level_api(
         ``sigma^2`` of Eq. (7) (un-normalized).
     sqrt_precond
         A ``(d, d)`` square root ``R`` of the preconditioner ``A = R R^T`` (``d`` the
-        number of elements of the position); ``None`` for plain MALA.
+        number of elements of the position), or another form of
+        :mod:`fisher_mala.square_roots`; ``None`` for plain MALA.
 
     Returns
     -------
@@ -162,26 +206,23 @@ def as_top_level_api(
     >>> state, info = alg.step(jax.random.key(0), state)
     """
     validation.check_positive("step_size", step_size, "It is sigma^2 of Eq. (7).")
-    trace_precond = None
-    if sqrt_precond is not None:
+    if sqrt_precond is not None and not isinstance(
+        sqrt_precond, square_roots.DiagonalSqrt | square_roots.CholeskySqrt
+    ):
         sqrt_precond = jnp.asarray(sqrt_precond)
         validation.check_sqrt_precond_shape(sqrt_precond, None)
-        trace_precond = jnp.sum(sqrt_precond * sqrt_precond)
-        validation.check_positive("tr(sqrt_precond @ sqrt_precond.T)", trace_precond)
+        validation.check_positive(
+            "tr(sqrt_precond @ sqrt_precond.T)", square_roots.trace(sqrt_precond)
+        )
     kernel = build_kernel()
 
     def init_fn(position, rng_key=None):
         del rng_key  # deterministic; accepted for BlackJAX's run_inference_algorithm
-        if sqrt_precond is not None:
-            validation.check_sqrt_precond(sqrt_precond, ravel(position).shape[0])
-        return init(position, logdensity_fn)
+        return init(position, logdensity_fn, sqrt_precond)
 
     @jax.jit
-    def _step(rng_key, state, sqrt_precond, trace_precond):
-        return kernel(rng_key, state, logdensity_fn, step_size, sqrt_precond, trace_precond)
-
     def step_fn(rng_key, state):
-        return _step(rng_key, state, sqrt_precond, trace_precond)
+        return kernel(rng_key, state, logdensity_fn, step_size)
 
     return SamplingAlgorithm(init_fn, step_fn)
 

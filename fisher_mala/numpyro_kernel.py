@@ -28,8 +28,14 @@ import jax.numpy as jnp
 from jax import Array
 
 from fisher_mala import fisher, validation
-from fisher_mala.adaptation import find_reasonable_step_size
-from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
+from fisher_mala.adaptations.fisher import fisher_preconditioner
+from fisher_mala.adaptations.step_size import (
+    MALA_TARGET_ACCEPTANCE,
+    STEP_SIZE_LEARNING_RATE,
+    adapt_step_size,
+    robbins_monro,
+)
+from fisher_mala.adaptations.step_size_search import find_reasonable_step_size
 
 __all__ = [
     "FisherMALAKernelState",
@@ -116,7 +122,7 @@ class FisherMALAKernel(MCMCKernel):
     target_accept_prob
         The step-size rule's target (0.574).
     find_step_size
-        Bracket ``sigma^2`` first (:func:`fm.find_reasonable_step_size`).
+        Bracket ``sigma^2`` first (:func:`fisher_mala.adaptations.find_reasonable_step_size`).
     init_strategy
         NumPyro's initialization strategy for the model's sites.
     """
@@ -157,9 +163,13 @@ class FisherMALAKernel(MCMCKernel):
         self._build_kernels()
 
     def _build_kernels(self):
-        options = dict(damping=self._damping)
-        self._adaptive = fisher.build_kernel(self._signal, self._learning_rate, True, **options)
-        self._frozen = fisher.build_kernel(self._signal, self._learning_rate, False, **options)
+        centered = self._signal == "centered"
+        self._adaptive = fisher.adaptive_step(
+            fisher_preconditioner(self._damping, self._learning_rate, centered=centered),
+            robbins_monro(self._target, STEP_SIZE_LEARNING_RATE),
+            self._signal,
+        )
+        self._frozen = fisher.build_kernel()
 
     @property
     def model(self):
@@ -213,11 +223,13 @@ class FisherMALAKernel(MCMCKernel):
 
         def mala_phase(fs):  # R_0 frozen: MALA with sigma^2 (scale invariance of Eq. (7))
             new, info = self._frozen(key, fs, self._logdensity)
-            step = adapt_step_size(fs.step_size, info.acceptance_rate, self._target, LEARNING_RATE)
+            step = adapt_step_size(
+                fs.step_size, info.acceptance_rate, self._target, STEP_SIZE_LEARNING_RATE
+            )
             return new._replace(step_size=step), info
 
         def fisher_phase(fs):
-            return self._adaptive(key, fs, self._logdensity, self._target, LEARNING_RATE)
+            return self._adaptive(key, fs, self._logdensity)
 
         def sampling(fs):
             return self._frozen(key, fs, self._logdensity)

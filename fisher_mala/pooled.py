@@ -31,30 +31,31 @@ import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala import validation
-from fisher_mala.base import ArrayTree, SamplingAlgorithm, accept, sampling_algorithm
-from fisher_mala.fisher import FisherMALAInfo
-from fisher_mala.preconditioner import (
+from fisher_mala import mala, validation
+from fisher_mala.adaptations.base import Adaptation
+from fisher_mala.adaptations.fisher import (
     FisherPreconditionerState,
     carry_whitened,
     fisher_preconditioner,
     refresh_trace,
     whitened_signal,
 )
-from fisher_mala.proposals import (
-    guarded_metropolis_hastings,
-    log_proposal_ratio,
-    normalized_step_size,
-    whitened_increment,
+from fisher_mala.adaptations.step_size import (
+    MALA_TARGET_ACCEPTANCE,
+    STEP_SIZE_LEARNING_RATE,
+    RobbinsMonroState,
+    robbins_monro,
 )
+from fisher_mala.base import ArrayTree, SamplingAlgorithm, sampling_algorithm
+from fisher_mala.mala import MALAState
 from fisher_mala.sqrt_precond import initial_sqrt_precond
-from fisher_mala.step_size import LEARNING_RATE, MALA_TARGET_ACCEPTANCE, adapt_step_size
 
 __all__ = [
     "PooledFisherState",
     "init",
     "state_from",
     "build_kernel",
+    "adaptive_step",
     "refresh_trace",
     "as_top_level_api",
 ]
@@ -122,68 +123,89 @@ def init(positions: ArrayTree, logdensity_fn: Callable, step_size, damping=10.0)
     return state_from(positions, logdensity, grad, step_size, damping)
 
 
-def build_kernel(adapt: bool = True) -> Callable:
-    """Pooled kernel ``(rng_key, state, logdensity_fn, target, rho) -> (state, info)``.
+def _chains_of(state: PooledFisherState) -> MALAState:
+    """The chains as a batch of preconditioned MALA states (``R`` shared, not copied)."""
+    return MALAState(
+        state.position,
+        state.logdensity,
+        state.logdensity_grad,
+        state.sqrt_precond,
+        state.trace_precond,
+        state.whitened_grad,
+    )
 
-    ``info`` is a :class:`~fisher_mala.fisher.FisherMALAInfo` with a chain axis.
+
+#: The preconditioned MALA kernel over the chains: their own keys, positions and M-H
+#: tests; ``R``, its trace and ``sigma^2`` shared (not batched).
+_CHAIN_AXES = (0, MALAState(0, 0, 0, None, None, 0), None)
+
+
+def _move_chains(rng_key, state: PooledFisherState, logdensity_fn: Callable):
+    num_chains = state.whitened_grad.shape[0]
+    keys = jax.random.split(rng_key, num_chains)
+    kernel = mala.build_kernel()
+    moved, info = jax.vmap(
+        lambda key, chain, step_size: kernel(key, chain, logdensity_fn, step_size),
+        in_axes=_CHAIN_AXES,
+    )(keys, _chains_of(state), state.step_size)
+    moved_state = state._replace(
+        position=moved.position,
+        logdensity=moved.logdensity,
+        logdensity_grad=moved.logdensity_grad,
+        whitened_grad=moved.whitened_grad,
+    )
+    return moved_state, info
+
+
+def build_kernel() -> Callable:
+    """The frozen pooled kernel ``(rng_key, state, logdensity_fn) -> (state, info)``:
+    every chain a preconditioned MALA step with the shared ``R`` and ``sigma^2``;
+    ``info`` is a :class:`~fisher_mala.mala.MALAInfo` with a chain axis."""
+    return _move_chains
+
+
+def adaptive_step(preconditioner: Adaptation, step_size_rule: Adaptation) -> Callable:
+    """Every chain's preconditioned MALA step, then one update of the shared adaptations.
+
+    The ``C`` Rao-Blackwellized signals (Eq. (16), one row per chain) are absorbed at
+    once by the rank-C form of Proposition 4 (``preconditioner.update`` with a ``(C, d)``
+    block), and ``sigma^2`` follows the chains' mean acceptance probability.
+
+    Returns
+    -------
+    step
+        ``step(rng_key, state, logdensity_fn) -> (state, info)`` on a
+        :class:`PooledFisherState`.
     """
-    adaptation = fisher_preconditioner()  # the damping only enters through the state
 
-    def kernel(
-        rng_key,
-        state: PooledFisherState,
-        logdensity_fn: Callable,
-        target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-        step_size_learning_rate=LEARNING_RATE,
-    ):
-        x, unravel, unravel_one = _flatten_batch(state.position)
-        num_chains, dim = x.shape
+    def step(rng_key, state: PooledFisherState, logdensity_fn: Callable):
+        moved, info = _move_chains(rng_key, state, logdensity_fn)
+        phis = whitened_signal(
+            "rao_blackwell",
+            info.whitened_grad,
+            info.proposal_whitened_grad,
+            info.acceptance_rate,
+            info.is_accepted,
+            info.proposal_is_finite,
+        )
         r = state.sqrt_precond
-        step = normalized_step_size(state.step_size, state.trace_precond, dim)
-        keys = jax.random.split(rng_key, num_chains)
-        noise_keys, accept_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
-        w = jax.vmap(whitened_increment, (0, 0, None))(noise_keys, state.whitened_grad, step)
-        y = x + jnp.einsum("ij,cj->ci", r, w)  # R w for all chains: one read of R
-        value_and_grad = jax.vmap(jax.value_and_grad(lambda z: logdensity_fn(unravel_one(z))))
-        logdensity_y, grad_y = value_and_grad(y)  # one evaluation per chain
-        u_y = grad_y @ r  # all chains' R^T g_y: one read of R
-        ratio = logdensity_y - state.logdensity
-        ratio += jax.vmap(log_proposal_ratio, (0, 0, 0, None))(w, state.whitened_grad, u_y, step)
-        accepted, alpha, finite = jax.vmap(guarded_metropolis_hastings)(
-            accept_keys, ratio, logdensity_y, grad_y, u_y
-        )
-        info = FisherMALAInfo(alpha, accepted, finite, jnp.broadcast_to(step, alpha.shape))
-        new_state = accept(
-            accepted,
-            state,
-            position=unravel(y),
-            logdensity=logdensity_y,
-            logdensity_grad=unravel(grad_y),
-            whitened_grad=u_y,
-        )
-        if not adapt:
-            return new_state, info
-        # Eq. (16), one row per chain, absorbed by the rank-C form of Proposition 4
-        phis = whitened_signal("rao_blackwell", state.whitened_grad, u_y, alpha, accepted, finite)
         precond = FisherPreconditionerState(
             r, state.trace_precond, jnp.zeros((), r.dtype), state.count
         )
-        precond, update = adaptation.update(precond, phis)
-        new_state = new_state._replace(
+        precond, update = preconditioner.update(precond, phis)
+        step_size = step_size_rule.update(
+            RobbinsMonroState(state.step_size), jnp.mean(info.acceptance_rate)
+        )
+        new_state = moved._replace(
             sqrt_precond=precond.sqrt_precond,
             trace_precond=precond.trace_precond,
-            whitened_grad=carry_whitened(update, new_state.whitened_grad),
-            step_size=adapt_step_size(
-                state.step_size,
-                jnp.mean(alpha),
-                target_acceptance_rate,
-                step_size_learning_rate,
-            ),
+            whitened_grad=carry_whitened(update, moved.whitened_grad),
+            step_size=step_size_rule.final(step_size),
             count=precond.count,
         )
         return new_state, info
 
-    return kernel
+    return step
 
 
 def as_top_level_api(
@@ -191,7 +213,7 @@ def as_top_level_api(
     step_size,
     damping=10.0,
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
-    step_size_learning_rate=LEARNING_RATE,
+    step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
     adapt: bool = True,
 ) -> SamplingAlgorithm:
     """Pooled FisherMALA: ``init(positions)`` takes all chains (leading axis) at once.
@@ -204,7 +226,13 @@ def as_top_level_api(
     """
     validation.check_positive("step_size", step_size, "It is sigma^2 of Algorithm 1.")
     validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
-    kernel = build_kernel(adapt)
+    if adapt:
+        kernel = adaptive_step(
+            fisher_preconditioner(),  # the damping only enters through the state
+            robbins_monro(target_acceptance_rate, step_size_learning_rate),
+        )
+    else:
+        kernel = build_kernel()
 
     def init_fn(positions):
         validation.check_position(positions)
@@ -212,8 +240,6 @@ def as_top_level_api(
         return init(positions, logdensity_fn, step_size, damping)
 
     def step_fn(rng_key, state):
-        return kernel(
-            rng_key, state, logdensity_fn, target_acceptance_rate, step_size_learning_rate
-        )
+        return kernel(rng_key, state, logdensity_fn)
 
     return sampling_algorithm(init_fn, step_fn)

@@ -5,9 +5,11 @@ tuned parameters frozen, vmapped over chains (sharded over local devices along a
 ``"chain"`` mesh axis), each phase one jit-compiled ``lax.scan``. Compile time is
 measured apart from run time (ahead-of-time ``lower().compile()``).
 
-Samplers are named by string; :func:`register_sampler` adds more (the baselines do).
-A BlackJAX-style ``SamplingAlgorithm(init, step)`` is also accepted: its warm-up is a
-plain burn-in of ``num_warmup`` steps without adaptation.
+Samplers are named by string (:mod:`fisher_mala.registry`; :func:`register_sampler`
+adds more), or given as a :class:`~fisher_mala.registry.Sampler` (a warm-up and a
+kernel). A BlackJAX-style ``SamplingAlgorithm(init, step)`` is also accepted: its
+warm-up is a plain burn-in of ``num_warmup`` steps without adaptation. The driver names
+no sampler: what it needs, each entry of the registry declares.
 """
 
 import inspect
@@ -21,179 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import checks, fisher, hmc, mala, mmala, pooled, validation, whitened_hmc
-from fisher_mala.adaptation import (
-    FisherMALAWarmup,
-    MALAWarmup,
-    WarmupInfo,
-    WarmupParameters,
-)
+from fisher_mala import checks, registry, validation
 from fisher_mala.base import ArrayTree, SamplingAlgorithm
-from fisher_mala.baseline_warmups import (
-    AdaMALAWarmup,
-    HMCWarmup,
-    MMALAWarmup,
-    PooledFisherMALAWarmup,
-)
 from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.registry import Sampler, register_sampler, samplers
+from fisher_mala.schedule import WarmupInfo, WarmupParameters
 from fisher_mala.sharding import put_global, sqrt_precond_sharding
-from fisher_mala.whitened_warmup import FisherHMCWarmup
 
 __all__ = ["Sampler", "SamplingResult", "map_over_chains", "register_sampler", "samplers", "sample"]
-
-
-class Sampler(NamedTuple):
-    """How ``fm.sample`` runs one named sampler.
-
-    Attributes
-    ----------
-    warmup
-        ``(logdensity_fn, **options) -> warmup`` with ``warmup.run(key, position,
-        num_steps, progress)`` returning ``(state, parameters), info``.
-    sampling_kernel
-        ``(logdensity_fn, **options) -> step`` with ``step(key, state, parameters) ->
-        (state, info)``, the frozen kernel of the sampling phase.
-    grad_evals_per_step
-        Gradient evaluations of one sampling step (for ``num_grad_evals``), a
-        function of the dimension ``d``, or ``None`` to count the
-        ``num_integration_steps`` that each step's info reports (NUTS).
-    metropolis
-        Each step accepts or rejects one whole proposal (MALA, HMC), so a run of
-        rejections leaves the chain at one point (the ``rejection_streak`` check of
-        :func:`fm.diagnose`); ``False`` for NUTS.
-    """
-
-    warmup: Callable
-    sampling_kernel: Callable
-    grad_evals_per_step: int | Callable[[int], int] | None = 1
-    metropolis: bool = True
-
-
-_SAMPLERS: dict[str, Sampler] = {}
-
-
-def register_sampler(name: str, sampler: Sampler) -> None:
-    """Make ``fm.sample(key, name, ...)`` run ``sampler``."""
-    _SAMPLERS[name] = sampler
-
-
-def samplers() -> tuple[str, ...]:
-    """Names accepted by :func:`sample`."""
-    return tuple(_SAMPLERS)
-
-
-def _fisher_sampling_kernel(logdensity_fn, **options):
-    kernel = fisher.build_kernel(adapt=False)
-
-    def step(key, state, parameters):
-        del parameters  # R and sigma^2 are in the state
-        return kernel(key, state, logdensity_fn)
-
-    return step
-
-
-def _mala_sampling_kernel(logdensity_fn, **options):
-    kernel = mala.build_kernel()
-
-    def step(key, state, parameters):
-        return kernel(key, state, logdensity_fn, parameters.step_size)
-
-    return step
-
-
-def _mmala_sampling_kernel(logdensity_fn, metric_fn=None, **options):
-    kernel = mmala.build_kernel(metric_fn)
-
-    def step(key, state, parameters):
-        return kernel(key, state, logdensity_fn, parameters.step_size)
-
-    return step
-
-
-def _hmc_sampling_kernel(
-    logdensity_fn,
-    num_integration_steps=hmc.NUM_INTEGRATION_STEPS,
-    divergence_threshold=hmc.DIVERGENCE_THRESHOLD,
-    **options,
-):
-    kernel = hmc.build_kernel(num_integration_steps, divergence_threshold)
-
-    def step(key, state, parameters):
-        return kernel(key, state, logdensity_fn, parameters.step_size)
-
-    return step
-
-
-def _pooled_sampling_kernel(logdensity_fn, **options):
-    kernel = pooled.build_kernel(adapt=False)
-
-    def step(key, state, parameters):
-        del parameters  # the shared R and sigma^2 are in the state
-        return kernel(key, state, logdensity_fn)
-
-    return step
-
-
-def _whitened_sampling_kernel(algorithm: str) -> Callable:
-    def make(
-        logdensity_fn,
-        pooled=False,
-        max_num_doublings=10,
-        num_integration_steps=None,
-        divergence_threshold=1000.0,
-        **options,
-    ):
-        kernel = whitened_hmc.build_kernel(algorithm, divergence_threshold=divergence_threshold)
-
-        def one(key, state, step_size):
-            return kernel(
-                key,
-                state,
-                logdensity_fn,
-                step_size,
-                num_integration_steps,
-                max_num_doublings,
-            )
-
-        def step(key, state, parameters):  # R is in the state, pooled or not
-            return one(key, state, parameters.step_size)
-
-        return step
-
-    return make
-
-
-def _whitened_warmup(algorithm: str) -> Callable:
-    def make(logdensity_fn, **options):
-        return FisherHMCWarmup(logdensity_fn, algorithm, **options)
-
-    return make
-
-
-register_sampler("mala", Sampler(MALAWarmup, _mala_sampling_kernel))
-# C chains sharing one R (fisher_mala.pooled); also `fm.sample(..., "fisher_mala", pooled=True)`.
-register_sampler("pooled_fisher_mala", Sampler(PooledFisherMALAWarmup, _pooled_sampling_kernel))
-register_sampler("fisher_mala", Sampler(FisherMALAWarmup, _fisher_sampling_kernel))
-# AdaMALA samples with its frozen R = chol(Sigma): preconditioned MALA, i.e. frozen Fisher.
-register_sampler("adamala", Sampler(AdaMALAWarmup, _fisher_sampling_kernel))
-# A Hessian by forward-over-reverse autodiff costs about d gradient evaluations.
-register_sampler("mmala", Sampler(MMALAWarmup, _mmala_sampling_kernel, lambda d: 1 + d))
-register_sampler(
-    "hmc",
-    Sampler(
-        HMCWarmup,
-        _hmc_sampling_kernel,
-        lambda d, n=hmc.NUM_INTEGRATION_STEPS: n,
-    ),
-)
-
-
-# NUTS / HMC in the coordinates whitened by the learned R (fisher_mala.whitened_hmc).
-for _name in whitened_hmc.ALGORITHMS:
-    register_sampler(
-        f"fisher_{_name}",
-        Sampler(_whitened_warmup(_name), _whitened_sampling_kernel(_name), None, _name == "hmc"),
-    )
 
 
 def _init_with_key(algorithm, position, rng_key):
@@ -253,9 +90,9 @@ class SamplingResult:
         Per-draw ``logdensity``, ``acceptance_rate``, ``is_accepted``,
         ``proposal_is_finite`` (each ``(chains, draws)``).
     parameters
-        The tuned per-chain :class:`~fisher_mala.adaptation.WarmupParameters`.
+        The tuned per-chain :class:`~fisher_mala.schedule.WarmupParameters`.
     warmup_info
-        Per-chain :class:`~fisher_mala.adaptation.WarmupInfo`.
+        Per-chain :class:`~fisher_mala.schedule.WarmupInfo`.
     final_state
         The per-chain state after the last step (resume from it).
     num_grad_evals
@@ -272,6 +109,15 @@ class SamplingResult:
     rejects_whole_proposals
         Whether a rejection leaves a chain in place (Metropolis-Hastings kernels; not
         NUTS), for the ``rejection_streak`` check.
+    reports_divergences
+        Whether the sampler integrates trajectories and flags divergent ones (HMC,
+        NUTS), for the ``divergences`` check.
+    tuned
+        Whether a warm-up tuned the parameters (``False`` for a custom algorithm's
+        burn-in), for the checks of the tuned step size.
+    diagnosis
+        :func:`fm.diagnose`'s :class:`~fisher_mala.checks.Diagnosis` of the run when
+        ``diagnose=True`` (``fm.summary`` reuses it), else ``None``.
     coords, dims
         ArviZ's coordinates and each variable's dimension names, when the model declares
         them (:func:`fm.sample_pymc`); :func:`fm.to_arviz` passes them on.
@@ -293,6 +139,9 @@ class SamplingResult:
     devices: list[str] = field(default_factory=list)
     target_acceptance: float | None = None
     rejects_whole_proposals: bool = False
+    reports_divergences: bool = False
+    tuned: bool = True
+    diagnosis: Any = None
     coords: dict | None = None
     dims: dict | None = None
 
@@ -397,14 +246,14 @@ def _dim(initial_positions) -> int:
     return sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
 
 
-def _auto_chain_method(name: str, initial_positions, mesh: Mesh | None = None) -> str:
-    """``"sequential"`` for NUTS / HMC on a CPU in small dimension, else ``"vectorized"``.
-
-    ``mesh`` is the chain placement (:func:`_chain_mesh`): it gives the chains per device.
+def _auto_chain_method(trajectory: bool, initial_positions, mesh: Mesh | None = None) -> str:
+    """``"sequential"`` for NUTS / HMC (``trajectory``) on a CPU in small dimension, else
+    ``"vectorized"``. ``mesh`` is the chain placement (:func:`_chain_mesh`): it gives the
+    chains per device.
     """
     dim = _dim(initial_positions)
     on_cpu = jax.default_backend() == "cpu"
-    if not on_cpu or name not in checks.TRAJECTORY_SAMPLERS:
+    if not on_cpu or not trajectory:
         return "vectorized"
     num_chains = int(jnp.shape(jax.tree.leaves(initial_positions)[0])[0])
     per_device = num_chains // (mesh.shape["chain"] if mesh is not None else 1)
@@ -470,9 +319,237 @@ def _compile_and_run(fn, *args):
     return out, compile_seconds, run_seconds
 
 
+class _Plan(NamedTuple):
+    """What one call of :func:`sample` runs, resolved from its ``sampler`` argument."""
+
+    name: str
+    spec: Sampler
+    options: dict
+    custom: bool = False  # a user's SamplingAlgorithm: burn-in without adaptation
+
+    def kernels(self, logdensity):
+        """The warm-up and the sampling step for ``logdensity``.
+
+        Also called while the loops are traced (with the data bound): the options' checks
+        (e.g. a schedule probed at a few iterations) then still run eagerly.
+        """
+        with jax.ensure_compile_time_eval():
+            return (
+                self.spec.warmup(logdensity, **self.options),
+                self.spec.sampling_kernel(logdensity, **self.options),
+            )
+
+    def grad_evals_per_step(self, dim: int):
+        per_step = self.spec.grad_evals_per_step
+        return per_step(dim, **self.options) if callable(per_step) else per_step
+
+
+def _custom_plan(algorithm, options, data) -> _Plan:
+    if not (
+        callable(getattr(algorithm, "init", None)) and callable(getattr(algorithm, "step", None))
+    ):
+        raise TypeError(
+            "`sampler` must be a name from fm.samplers(), an fm.Sampler, or an algorithm with "
+            f"`init(position)` and `step(rng_key, state)` (e.g. blackjax.nuts(...)); got "
+            f"{algorithm!r}."
+        )
+    if data is not None:
+        raise ValueError(
+            "`data` needs a named sampler (the algorithm's log density is already built)."
+        )
+    if options:
+        raise TypeError(f"Options {sorted(options)} are not used with a custom algorithm.")
+
+    def sampling_kernel(logdensity_fn):
+        return lambda key, state, parameters: algorithm.step(key, state)
+
+    spec = Sampler(lambda logdensity_fn: _BurnIn(algorithm), sampling_kernel, None, False, True)
+    return _Plan("custom", spec, {}, custom=True)
+
+
+def _plan(sampler, options: dict, data, logdensity_fn) -> _Plan:
+    """Resolve ``sampler`` (a name, a :class:`Sampler` or an algorithm) and its options."""
+    options = dict(options)
+    if isinstance(sampler, Sampler):
+        name, spec = "custom_sampler", sampler
+    elif isinstance(sampler, str):
+        name, spec = sampler, registry.get(sampler)
+    else:
+        return _custom_plan(sampler, options, data)
+    if "pooled" in options:
+        if spec.pooled is None:
+            raise ValueError(
+                "`pooled` is available for sampler='fisher_mala', 'fisher_nuts' and "
+                "'fisher_hmc' only."
+            )
+        if spec.pooled != "option":
+            if options.pop("pooled"):
+                name, spec = spec.pooled, registry.get(spec.pooled)
+    plan = _Plan(name, spec, options)
+    try:
+        plan.kernels(logdensity_fn if data is None else _bind(logdensity_fn, data))
+    except TypeError as err:
+        raise TypeError(f"Invalid option for sampler {name!r}: {err}") from err
+    return plan
+
+
+def _bind(logdensity_fn, data):
+    """The log density of one position (``data`` given as an argument, if any)."""
+    if data is None:
+        return logdensity_fn
+    return lambda position: logdensity_fn(position, data)
+
+
+def _draws_of(step, key, state, params, num_draws, thinning, grad_evals_per_step, bar):
+    """Scan ``num_draws`` times ``thinning`` steps; keep every ``thinning``-th state."""
+
+    def draw(state, i):
+        def inner(state, j):
+            return step(jax.random.fold_in(key, j), state, params)
+
+        state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
+        last = jax.tree.map(lambda x: x[-1], infos)
+        yes = jnp.ones(jnp.shape(state.logdensity), bool)
+        finite = _info_field(last, "proposal_is_finite", yes)
+        per_step = 1 if grad_evals_per_step is None else grad_evals_per_step
+        evals = _info_field(infos, "num_integration_steps", None)
+        evals = thinning * per_step if evals is None else jnp.sum(evals, axis=0)
+        stats = {
+            "logdensity": state.logdensity,
+            "acceptance_rate": _info_field(last, "acceptance_rate", jnp.full(yes.shape, jnp.nan)),
+            "is_accepted": _info_field(last, "is_accepted", yes),
+            "proposal_is_finite": finite,
+            "is_divergent": _info_field(last, "is_divergent", ~finite),
+            "num_grad_evals": jnp.broadcast_to(evals, yes.shape).astype(jnp.int32),
+        }
+        return state, (state.position, stats)
+
+    return scan_with_progress(draw, state, num_draws, 0, bar)
+
+
+@dataclass
+class _Run:
+    """The compiled loops of one :func:`sample` call and how the chains are placed."""
+
+    plan: _Plan
+    logdensity_fn: Callable
+    num_warmup: int
+    num_draws: int
+    thinning: int
+    grad_evals_per_step: int | None
+    chain_method: str
+    mesh: Mesh | None
+    bars: tuple = (None, None)
+
+    def warmup(self, data):
+        return self.plan.kernels(_bind(self.logdensity_fn, data))[0]
+
+    def map_chains(self, fn, *args, data=None):
+        return map_over_chains(
+            fn, *args, chain_method=self.chain_method, mesh=self.mesh, shared=data
+        )
+
+    def stage(self, batched: bool, method: str, *extra):
+        """The runner of ``warmup.<method>(key, x, num_warmup, bar, *extra)``: on all
+        chains at once (``batched``, pooled), else per chain."""
+        bar = self.bars[0]
+
+        def call(key, x, data=None):
+            key = jax.random.fold_in(key, 0)
+            return getattr(self.warmup(data), method)(key, x, self.num_warmup, bar, *extra)
+
+        if batched:
+            return lambda keys, xs, data: call(keys[0], xs, data)
+        return lambda keys, xs, data: self.map_chains(call, keys, xs, data=data)
+
+    def warm_up(self, keys, positions, data):
+        """``((states, parameters), info)``, compile seconds and run seconds.
+
+        A staged warm-up (Fisher NUTS / HMC: host choices between compiled parts,
+        :meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.staged_run`) compiles each
+        stage for all chains once per argument structure; its seconds are those of the
+        compiled stages and of the host's choices.
+        """
+        warmup = self.warmup(data)
+        batched = getattr(warmup, "batched", False)
+        if not getattr(warmup, "staged", False):
+            return _compile_and_run(self.stage(batched, "run"), keys, positions, data)
+        compile_seconds, run_seconds, compiled = [], [], {}
+
+        def call(method, argument, *extra):
+            structure = jax.tree.structure(argument)
+            shapes = tuple((x.shape, x.dtype) for x in jax.tree.leaves(argument))
+            signature = (method, extra, structure, shapes)
+            if signature not in compiled:
+                runner = self.stage(batched, method, *extra)
+                compiled[signature], seconds = _compile(runner, keys, argument, data)
+                compile_seconds.append(seconds)
+            out, seconds = _run(compiled[signature], keys, argument, data)
+            run_seconds.append(seconds)
+            return out
+
+        def on_host(fn, *args):
+            start = time.perf_counter()
+            out = fn(*args)
+            run_seconds.append(time.perf_counter() - start)
+            return out
+
+        out = warmup.staged_run(call, positions, self.num_warmup, on_host)
+        return out, sum(compile_seconds), sum(run_seconds)
+
+    def sampling(self, one_state: bool):
+        """The sampling phase's runner: one state for all chains (pooled), or per chain."""
+
+        def draws(key, state, params, data):
+            step = self.plan.kernels(_bind(self.logdensity_fn, data))[1]
+            return _draws_of(
+                step, key, state, params, self.num_draws, self.thinning,
+                self.grad_evals_per_step, self.bars[1],
+            )  # fmt: skip
+
+        if one_state:
+
+            def run(keys, state, parameters, data):
+                state, out = draws(jax.random.fold_in(keys[0], 1), state, parameters, data)
+                return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
+
+            return run
+
+        def one(key, state, params, data=None):
+            return draws(jax.random.fold_in(key, 1), state, params, data)
+
+        return lambda keys, states, parameters, data: self.map_chains(
+            one, keys, states, parameters, data=data
+        )
+
+    def __call__(self, keys, positions, data, user_mesh):
+        warmup = self.warmup(data)
+        batched = getattr(warmup, "batched", False)  # one state for all chains (pooled)
+        per_chain = getattr(warmup, "per_chain_sampling", False)
+        if batched and user_mesh is None and jax.process_count() == 1:
+            # The pooled update needs every chain's signal at every iteration: one device
+            # runs it (across XLA:CPU devices the exchange costs more than it saves); with a
+            # mesh, XLA gathers the chains' signals from the devices of the "chain" axis.
+            keys, positions = jax.device_put((keys, positions), jax.devices()[0])
+        with sqrt_precond_sharding(self.mesh):  # R's rows over a "precond" axis, if any
+            ((states, parameters), info), compile_w, seconds_w = self.warm_up(keys, positions, data)
+            sampling_parameters = parameters
+            if batched and per_chain:
+                sampling_parameters = WarmupParameters(parameters.step_size, None)
+                keys, states, sampling_parameters = _shard(
+                    (keys, states, sampling_parameters), self.mesh
+                )
+            runner = self.sampling(batched and not per_chain)
+            (final, (samples, stats)), compile_s, seconds_s = _compile_and_run(
+                runner, keys, states, sampling_parameters, data
+            )
+            out = _to_host((parameters, info, final, samples, stats))
+        return out, (compile_w + compile_s, seconds_w, seconds_s)
+
+
 def sample(
     rng_key,
-    sampler: str | SamplingAlgorithm,
+    sampler: str | Sampler | SamplingAlgorithm,
     logdensity_fn: Callable,
     initial_positions: ArrayTree,
     num_warmup: int = 20_000,
@@ -492,8 +569,10 @@ def sample(
     rng_key
         A JAX PRNG key; chain ``c`` uses ``jax.random.split(rng_key, num_chains)[c]``.
     sampler
-        A name from :func:`samplers` (``"mala"``, ``"fisher_mala"``, ...) or a
-        ``SamplingAlgorithm`` (burn-in without adaptation, then its ``step``).
+        A name from :func:`samplers` (``"mala"``, ``"fisher_mala"``, ...), a
+        :class:`~fisher_mala.registry.Sampler` (a warm-up and a kernel: the page "Write
+        your own sampler"), or a ``SamplingAlgorithm`` (burn-in without adaptation, then
+        its ``step``).
     logdensity_fn
         ``position -> log pi(position)`` for one chain's position; with ``data``,
         ``(position, data) -> log pi(position)``.
@@ -552,251 +631,44 @@ def sample(
     thinning = _check_count("thinning", thinning, 1)
     if thinning > num_samples:
         raise ValueError(f"`thinning` ({thinning}) exceeds `num_samples` ({num_samples}).")
-    if not isinstance(sampler, str):
-        if not (
-            callable(getattr(sampler, "init", None)) and callable(getattr(sampler, "step", None))
-        ):
-            raise TypeError(
-                "`sampler` must be a name from fm.samplers() or an algorithm with "
-                f"`init(position)` and `step(rng_key, state)` (e.g. blackjax.nuts(...)); "
-                f"got {sampler!r}."
-            )
-        if data is not None:
-            raise ValueError(
-                "`data` needs a named sampler (the algorithm's log density is already built)."
-            )
-        name = "custom"
-        target_acceptance, metropolis = None, False
-        grad_evals_per_step = None  # from info.num_integration_steps when reported, else 1
-        user_step = sampler.step
-
-        def sampling_step(key, state, parameters):
-            del parameters
-            return user_step(key, state)
-
-        if options:
-            raise TypeError(f"Options {sorted(options)} are not used with a custom algorithm.")
-        custom = _BurnIn(sampler), sampling_step
-
-        def kernels(logdensity):
-            return custom
-
-    else:
-        validation.check_choice("sampler", sampler, samplers())
-        if sampler == "fisher_mala" and options.pop("pooled", False):
-            sampler = "pooled_fisher_mala"
-        elif "pooled" in options and not sampler.startswith("fisher_"):
-            raise ValueError(
-                "`pooled` is available for sampler='fisher_mala', 'fisher_nuts' and "
-                "'fisher_hmc' only."
-            )
-        spec = _SAMPLERS[sampler]
-        name, grad_evals_per_step = sampler, spec.grad_evals_per_step
-        if sampler == "hmc" and "num_integration_steps" in options:
-            grad_evals_per_step = int(options["num_integration_steps"])
-
-        def kernels(logdensity):
-            """The warm-up and the sampling step for ``logdensity``.
-
-            Also called while the loops are traced (with the data bound): the options'
-            checks (e.g. a schedule probed at a few iterations) then still run eagerly.
-            """
-            with jax.ensure_compile_time_eval():
-                return (
-                    spec.warmup(logdensity, **options),
-                    spec.sampling_kernel(logdensity, **options),
-                )
-
-        try:
-            kernels(logdensity_fn)
-        except TypeError as err:
-            raise TypeError(f"Invalid option for sampler {sampler!r}: {err}") from err
-        metropolis = spec.metropolis
-
-    def bound(data):
-        """The log density of one position (``data`` given as an argument, if any)."""
-        if data is None:
-            return logdensity_fn
-        return lambda position: logdensity_fn(position, data)
-
-    warmup = kernels(bound(data))[0]
-    if name != "custom":
-        target_acceptance = float(warmup.target_acceptance)
+    plan = _plan(sampler, options, data, logdensity_fn)
     validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
-    num_chains = _check_initial_positions(bound(data), initial_positions)
-
-    if callable(grad_evals_per_step):
-        grad_evals_per_step = grad_evals_per_step(_dim(initial_positions))
+    num_chains = _check_initial_positions(_bind(logdensity_fn, data), initial_positions)
     keys = jax.random.split(rng_key, num_chains)
     user_mesh, mesh = mesh, _chain_mesh(num_chains, mesh)
     if chain_method == "auto":
-        chain_method = _auto_chain_method(name, initial_positions, mesh)
+        chain_method = _auto_chain_method(plan.spec.trajectory, initial_positions, mesh)
     devices = [str(d) for d in (mesh.devices.flat if mesh is not None else jax.devices()[:1])]
     keys, initial_positions = _shard((keys, initial_positions), mesh)
-
-    def map_chains(fn, *args, data=None):
-        return map_over_chains(fn, *args, chain_method=chain_method, mesh=mesh, shared=data)
-
     num_draws = num_samples // thinning
-
-    bars = []
+    bars = (None, None)
     if progress_bar:
-        bars = [ProgressBar(num_warmup, "warm-up"), ProgressBar(num_draws, "sampling")]
-    warmup_bar, sampling_bar = bars if bars else (None, None)
-
-    def draws_of(step, key, state, params):
-        """Scan ``num_draws`` times ``thinning`` steps; keep every ``thinning``-th state."""
-
-        def draw(state, i):
-            def inner(state, j):
-                return step(jax.random.fold_in(key, j), state, params)
-
-            state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
-            last = jax.tree.map(lambda x: x[-1], infos)
-            yes = jnp.ones(jnp.shape(state.logdensity), bool)
-            finite = _info_field(last, "proposal_is_finite", yes)
-            per_step = 1 if grad_evals_per_step is None else grad_evals_per_step
-            evals = _info_field(infos, "num_integration_steps", None)
-            evals = thinning * per_step if evals is None else jnp.sum(evals, axis=0)
-            stats = {
-                "logdensity": state.logdensity,
-                "acceptance_rate": _info_field(
-                    last, "acceptance_rate", jnp.full(yes.shape, jnp.nan)
-                ),
-                "is_accepted": _info_field(last, "is_accepted", yes),
-                "proposal_is_finite": finite,
-                "is_divergent": _info_field(last, "is_divergent", ~finite),
-                "num_grad_evals": jnp.broadcast_to(evals, yes.shape).astype(jnp.int32),
-            }
-            return state, (state.position, stats)
-
-        return scan_with_progress(draw, state, num_draws, 0, sampling_bar)
-
-    batched_warmup = getattr(warmup, "batched", False)  # one state for all chains (pooled)
-    per_chain_sampling = getattr(warmup, "per_chain_sampling", False)
-    if batched_warmup and user_mesh is None and jax.process_count() == 1:
-        # The pooled update needs every chain's signal at every iteration: one device runs
-        # it (across XLA:CPU devices the exchange costs more than it saves); with a mesh,
-        # XLA gathers the chains' signals from the devices of the "chain" axis.
-        keys, initial_positions = jax.device_put((keys, initial_positions), jax.devices()[0])
-
-    def stage(method: str, *extra):
-        """The compiled runner of ``warmup.<method>(key, x, num_warmup, bar, *extra)``:
-        ``<method>_batch`` on all chains at once (pooled), else ``<method>`` per chain."""
-        if batched_warmup:
-
-            def run(keys, xs, data):
-                warmup = kernels(bound(data))[0]
-                key = jax.random.fold_in(keys[0], 0)
-                return getattr(warmup, f"{method}_batch")(key, xs, num_warmup, warmup_bar, *extra)
-
-            return run
-
-        def run(keys, xs, data):
-            def one(key, x, data=None):
-                warmup = kernels(bound(data))[0]
-                key = jax.random.fold_in(key, 0)
-                return getattr(warmup, method)(key, x, num_warmup, warmup_bar, *extra)
-
-            return map_chains(one, keys, xs, data=data)
-
-        return run
-
-    def warm_up(keys, positions, data):
-        """``((states, parameters), info)``, compile seconds and run seconds.
-
-        A staged warm-up (Fisher NUTS / HMC with ``metric="auto"``) compiles each of its
-        stages for all chains; its choices between them run on the host
-        (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.staged_run`). Its seconds are
-        those of the compiled stages and of the choices, as for one compiled warm-up.
-        """
-        if not getattr(warmup, "staged", False):
-            return _compile_and_run(stage("run"), keys, positions, data)
-        compile_seconds, run_seconds, compiled = [], [], {}
-
-        def call(method, argument, *extra):
-            # a stage called again with arguments of the same structure (the Fisher phase's
-            # blocks) reuses its executable
-            signature = (
-                method,
-                extra,
-                jax.tree.structure(argument),
-                tuple((x.shape, x.dtype) for x in jax.tree.leaves(argument)),
-            )
-            if signature not in compiled:
-                compiled[signature], seconds = _compile(stage(method, *extra), keys, argument, data)
-                compile_seconds.append(seconds)
-            out, seconds = _run(compiled[signature], keys, argument, data)
-            run_seconds.append(seconds)
-            return out
-
-        def on_host(fn, *args):
-            start = time.perf_counter()
-            out = fn(*args)
-            run_seconds.append(time.perf_counter() - start)
-            return out
-
-        out = warmup.staged_run(call, positions, num_warmup, on_host)
-        return out, sum(compile_seconds), sum(run_seconds)
-
-    if batched_warmup and not per_chain_sampling:
-
-        def run_sampling(keys, state, parameters, data):
-            key = jax.random.fold_in(keys[0], 1)
-            state, out = draws_of(kernels(bound(data))[1], key, state, parameters)
-            return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
-
-    else:  # independent chains (after a pooled warm-up: the shared R is in every state)
-
-        def run_sampling(keys, states, parameters, data):
-            def one(key, state, params, data=None):
-                step = kernels(bound(data))[1]
-                return draws_of(step, jax.random.fold_in(key, 1), state, params)
-
-            return map_chains(one, keys, states, parameters, data=data)
-
-    with sqrt_precond_sharding(mesh):  # R's rows over a "precond" axis, if any
-        try:
-            ((states, parameters), warmup_info), compile_w, seconds_w = warm_up(
-                keys, initial_positions, data
-            )
-            sampling_parameters = parameters
-            if batched_warmup and per_chain_sampling:
-                sampling_parameters = WarmupParameters(parameters.step_size, None)
-                keys, states, sampling_parameters = _shard(
-                    (keys, states, sampling_parameters), mesh
-                )
-            (final_state, (samples, stats)), compile_s, seconds_s = _compile_and_run(
-                run_sampling, keys, states, sampling_parameters, data
-            )
-            parameters, warmup_info, final_state, samples, stats = _to_host(
-                (parameters, warmup_info, final_state, samples, stats)
-            )
-        finally:
-            for bar in bars:
+        bars = (ProgressBar(num_warmup, "warm-up"), ProgressBar(num_draws, "sampling"))
+    per_step = plan.grad_evals_per_step(_dim(initial_positions))
+    run = _Run(
+        plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars
+    )
+    try:
+        out, (compile_seconds, warmup_seconds, sampling_seconds) = run(
+            keys, initial_positions, data, user_mesh
+        )
+    finally:
+        for bar in bars:
+            if bar is not None:
                 bar.close()
+    parameters, warmup_info, final_state, samples, stats = out
     # The recorded draws' counts cover every step (thinned steps included).
     num_grad_evals = np.asarray(warmup_info.num_grad_evals) + np.asarray(
         stats.pop("num_grad_evals")
     ).sum(-1)
+    target = None if plan.custom else float(run.warmup(data).target_acceptance)
     result = SamplingResult(
-        sampler=name,
-        samples=samples,
-        sample_stats=stats,
-        parameters=parameters,
-        warmup_info=warmup_info,
-        final_state=final_state,
-        num_grad_evals=num_grad_evals,
-        compile_seconds=compile_w + compile_s,
-        warmup_seconds=seconds_w,
-        sampling_seconds=seconds_s,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        thinning=thinning,
-        devices=devices,
-        target_acceptance=target_acceptance,
-        rejects_whole_proposals=metropolis,
-    )
+        plan.name, samples, stats, parameters, warmup_info, final_state, num_grad_evals,
+        compile_seconds, warmup_seconds, sampling_seconds, num_warmup, num_samples, thinning,
+        devices=devices, target_acceptance=target, rejects_whole_proposals=plan.spec.metropolis,
+        reports_divergences=plan.spec.trajectory, tuned=not plan.custom,
+    )  # fmt: skip
     if diagnose:
-        checks.warn(checks.diagnose(result))
+        result.diagnosis = checks.diagnose(result)
+        checks.warn(result.diagnosis)
     return result

@@ -36,7 +36,7 @@ import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala import validation
+from fisher_mala import square_roots, validation
 from fisher_mala.base import (
     ArrayTree,
     SamplingAlgorithm,
@@ -45,7 +45,9 @@ from fisher_mala.base import (
     is_finite,
     sampling_algorithm,
 )
+from fisher_mala.optional import require_blackjax
 from fisher_mala.pytree import ravel
+from fisher_mala.square_roots import DiagonalSqrt
 
 __all__ = [
     "ALGORITHMS",
@@ -77,35 +79,14 @@ NUTS_TARGET_ACCEPTANCE = 0.8
 TRAJECTORY_LENGTH = jnp.pi / 2
 
 
-class DiagonalSqrt(NamedTuple):
-    """A diagonal square root ``R = diag(scale)``: ``A = R R^T = diag(scale**2)``.
-
-    Whitened coordinates are then ``x = x_n + scale * u``, and both products with ``R``
-    per leapfrog step are elementwise (``O(d)``). A plain 1-D array is refused as
-    ``sqrt_precond`` (it would be ambiguous); this type says "diagonal" explicitly.
-
-    Attributes
-    ----------
-    scale
-        ``(d,)`` standard deviations of the metric (the square roots of the diagonal
-        inverse mass matrix).
-    """
-
-    scale: Array
-
-
 def apply_sqrt(sqrt_precond, u: Array) -> Array:
     """``R u`` for a dense ``R`` or a :class:`DiagonalSqrt`."""
-    if isinstance(sqrt_precond, DiagonalSqrt):
-        return sqrt_precond.scale * u
-    return sqrt_precond @ u
+    return square_roots.color(sqrt_precond, u)
 
 
 def whiten_gradient(grad: Array, sqrt_precond) -> Array:
     """``R^T g`` (``g @ R``, the fast orientation) for a dense ``R`` or a :class:`DiagonalSqrt`."""
-    if isinstance(sqrt_precond, DiagonalSqrt):
-        return grad * sqrt_precond.scale
-    return grad @ sqrt_precond
+    return square_roots.whiten(sqrt_precond, grad)
 
 
 def inverse_mass_matrix(sqrt_precond) -> Array:
@@ -190,18 +171,6 @@ class FisherHMCInfo(NamedTuple):
     proposal_is_finite: Array
     is_divergent: Array
     num_integration_steps: Array
-
-
-def require_blackjax():
-    """Import BlackJAX or explain how to install it."""
-    try:
-        import blackjax
-    except ImportError as err:  # pragma: no cover - exercised without the extra
-        raise ImportError(
-            "Fisher NUTS and Fisher HMC use BlackJAX's kernels: "
-            "`pip install 'fisher_mala[blackjax]'`."
-        ) from err
-    return blackjax
 
 
 class Whitened(NamedTuple):

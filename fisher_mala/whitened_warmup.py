@@ -3,9 +3,9 @@
 Compiled phases and choices on the host between them, within the user's ``num_warmup``:
 
 1. **Fisher phase** (at most ``num_warmup - num_step_size_steps`` iterations): Algorithm
-   1's warm-up (:class:`~fisher_mala.adaptation.FisherMALAWarmup`: step-size search, MALA
+   1's warm-up (:func:`~fisher_mala.warmups.fisher_mala_warmup`: step-size search, MALA
    phase, adaptive FisherMALA), or the pooled one (one ``R`` for all chains,
-   :class:`~fisher_mala.baseline_warmups.PooledFisherMALAWarmup`) with ``pooled=True``.
+   :func:`~fisher_mala.warmups.pooled_fisher_mala_warmup`) with ``pooled=True``.
    One gradient per iteration, ``O(d^2)`` per iteration. It runs in compiled blocks of
    1000 iterations, and the stopping rule (:meth:`FisherHMCWarmup.learned`) ends it at
    the first block whose signals agree with the ``R`` learned before them.
@@ -36,33 +36,29 @@ import jax.numpy as jnp
 import numpy as np
 
 from fisher_mala import validation
-from fisher_mala.adaptation import FisherMALAWarmup, WarmupInfo, WarmupParameters, extend_info
-from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
-from fisher_mala.progress import ProgressBar, scan_with_progress
+from fisher_mala.adaptations.dual_averaging import dual_averaging
+from fisher_mala.adaptations.stopping_rule import (
+    AUTO_MAX_DIM,
+    PROBE_SIGNALS_PER_DIM,
+    diagonal_suffices,
+    stopping_rule,
+)
+from fisher_mala.leapfrog_tuning import LeapfrogTuning, tuning_stage
+from fisher_mala.progress import ProgressBar
 from fisher_mala.pytree import ravel
-from fisher_mala.sqrt_precond import rank_one_update, whitened_product
+from fisher_mala.schedule import extend_info
+from fisher_mala.warmups import fisher_mala_warmup, pooled_fisher_mala_warmup
 from fisher_mala.whitened_hmc import (
     NUTS_TARGET_ACCEPTANCE,
     TRAJECTORY_LENGTH,
-    DiagonalSqrt,
-    FisherHMCState,
     build_kernel,
     inverse_mass_matrix,
     require_blackjax,
-    whiten_gradient,
 )
 
 __all__ = [
-    "AUTO_MAX_DIM",
-    "DAMPING",
-    "DIAGONAL_NOISE_FACTOR",
+    "FISHER_NUTS_DAMPING",
     "METRICS",
-    "PROBE_SIGNALS_PER_DIM",
-    "LEARNED_NOISE_FACTOR",
-    "block_condition_number",
-    "correlation_condition_number",
-    "diagonal_suffices",
-    "noise_condition_number",
     "FisherHMCWarmup",
     "FisherParameters",
     "fisher_adaptation",
@@ -77,32 +73,10 @@ STEP_SIZE_FRACTION = 0.1
 #: and ``n = 4500`` a variance of 900 (``kilpisjarvi``'s slope-intercept ridge) comes out
 #: three times too narrow, and NUTS pays for it in every trajectory. MALA is invariant to
 #: the scale of ``A`` (Eq. (7)), NUTS is not, hence the smaller default here.
-DAMPING = 0.1
+FISHER_NUTS_DAMPING = 0.1
 #: ``metric`` of the warm-up: ``"auto"`` chooses after the Fisher phase (see
 #: :meth:`FisherHMCWarmup.choose`).
 METRICS = ("auto", "dense", "diagonal")
-#: ``metric="auto"`` picks a diagonal ``R`` when the learned correlation matrix's condition
-#: number is at most this factor times the one sampling noise alone would give
-#: (:func:`noise_condition_number`). The dense ``R`` carries the same noise, so below the
-#: bound the diagonal metric is as good; NUTS's cost grows like the square root of the
-#: whitened target's condition number, so at the bound it would cost at most
-#: ``sqrt(2) = 1.4`` times more leapfrog steps, each ``O(d)`` instead of ``O(d^2)``.
-DIAGONAL_NOISE_FACTOR = 2.0
-#: Above this dimension ``metric="auto"`` keeps the dense ``R`` without checking (the check
-#: is one ``O(d^3)`` eigendecomposition on the host, less than the ``O(d^2)`` Fisher phase
-#: costs below it).
-AUTO_MAX_DIM = 4096
-#: With ``metric="auto"`` the metric is first looked at after this many signals per
-#: dimension (:meth:`FisherHMCWarmup.first_fisher_iterations`). With ``n = 16 d`` the noise
-#: bound is ``2 ((1 + 1/4) / (1 - 1/4))^2 = 5.6`` (:func:`noise_condition_number`); the
-#: scales of a diagonal ``A`` are learned to a relative error of about ``sqrt(2 / n)``,
-#: under 5% with the at least 1000 signals of one block of the adaptive phase.
-PROBE_SIGNALS_PER_DIM = 16
-#: The stopping rule (:meth:`FisherHMCWarmup.learned`) ends the Fisher phase when the
-#: newest block's whitened signals have a condition number within this factor of sampling
-#: noise's. Measured on the race's targets (``python -m benchmarks.stopping_rule``): 0.9
-#: to 1.7 once ``R`` has settled, 2.3 to ``10^7`` before.
-LEARNED_NOISE_FACTOR = 2.0
 
 
 class FisherHMCWarmup:
@@ -116,7 +90,7 @@ class FisherHMCWarmup:
         ``"nuts"`` or ``"hmc"``.
     pooled
         Learn one ``R`` from all chains' signals (the warm-up is then run for all chains
-        at once: ``run_batch``).
+        at once: ``run`` takes every chain).
     num_step_size_steps
         Iterations of the step-size phase (default ``STEP_SIZE_FRACTION`` of the
         warm-up).
@@ -146,7 +120,7 @@ class FisherHMCWarmup:
         ``gamma_k = 1 / (n0 d + k)``, after rescaling ``R`` to the target's scale).
     **fisher_options
         Options of the Fisher phase (``num_mala_steps``, ``damping`` (default
-        :data:`DAMPING`), ``signal``, ``learning_rate``, ``initial_step_size``, ...).
+        :data:`FISHER_NUTS_DAMPING`), ``signal``, ``learning_rate``, ``initial_step_size``, ...).
     """
 
     def __init__(
@@ -180,16 +154,16 @@ class FisherHMCWarmup:
         if int(max_num_doublings) < 1:
             raise ValueError(f"`max_num_doublings` must be >= 1, got {max_num_doublings}.")
         self.logdensity_fn = logdensity_fn
-        fisher_options.setdefault("damping", DAMPING)
+        fisher_options.setdefault("damping", FISHER_NUTS_DAMPING)
         self.pooled = bool(pooled)
         self.batched = self.pooled
         # After the pooled Fisher phase every chain has its own state (with the shared R):
         # the step-size phase and the draws run per chain.
         self.per_chain_sampling = True
         if self.pooled:
-            self.fisher = PooledFisherMALAWarmup(logdensity_fn, **fisher_options)
+            self.fisher = pooled_fisher_mala_warmup(logdensity_fn, **fisher_options)
         else:
-            self.fisher = FisherMALAWarmup(logdensity_fn, **fisher_options)
+            self.fisher = fisher_mala_warmup(logdensity_fn, **fisher_options)
         self.num_step_size_steps = num_step_size_steps
         self.max_num_doublings = int(max_num_doublings)
         self.num_integration_steps = num_integration_steps
@@ -198,12 +172,16 @@ class FisherHMCWarmup:
         self.metric = metric
         self.stopping_rule = bool(stopping_rule)
         self.fisher_options = fisher_options
-        blackjax = require_blackjax()
         self.target_acceptance = float(hmc_target_acceptance_rate)
-        self.dual_averaging = blackjax.adaptation.step_size.dual_averaging_adaptation(
-            hmc_target_acceptance_rate
+        self.tuning = LeapfrogTuning(
+            build_kernel(algorithm, divergence_threshold=divergence_threshold),
+            logdensity_fn,
+            algorithm,
+            dual_averaging(hmc_target_acceptance_rate),
+            self.max_num_doublings,
+            num_integration_steps,
+            score_prior_weight,
         )
-        self.kernel = build_kernel(algorithm, divergence_threshold=divergence_threshold)
 
     @property
     def staged(self) -> bool:
@@ -240,127 +218,6 @@ class FisherHMCWarmup:
             return num_tune
         return round(num_tune * num_fisher_done / num_fisher)
 
-    def _tune_step_size(self, rng_key, state, initial_step, num_steps, offset, progress):
-        """Dual averaging of the leapfrog step for one chain (and, optionally, more learning).
-
-        Returns the state, the tuned step, the per-iteration info and the mean of
-        ``|R^T g|^2`` over the last visited states, which gives the scale of the whitened
-        target (:meth:`_normalize`).
-        """
-        da_init, _, da_final = self.dual_averaging
-        da = da_init(initial_step)
-        if self.score_prior_weight is None or num_steps < 2:
-            state, da, info, mean_sq = self._dual_averaging(
-                rng_key, state, da, num_steps, offset, progress, None
-            )
-        else:
-            first = num_steps // 2
-            key_first, key_second = jax.random.split(rng_key)
-            state, da, info_first, mean_sq = self._dual_averaging(
-                key_first, state, da, first, offset, progress, None
-            )
-            state, k = self._normalize(state, mean_sq)
-            shift = jnp.log(k).astype(da.log_step_size.dtype)
-            da = da._replace(
-                log_step_size=da.log_step_size - shift,
-                log_step_size_avg=da.log_step_size_avg - shift,
-                mu=da.mu - shift,
-            )
-            prior = self.score_prior_weight * state.whitened_grad.shape[-1]
-            state, da, info_second, mean_sq = self._dual_averaging(
-                key_second, state, da, num_steps - first, offset + first, progress, prior
-            )
-            info = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info_first, info_second)
-        step = da_final(da) if num_steps else initial_step
-        return state, jnp.asarray(step, initial_step.dtype), info, mean_sq
-
-    def _dual_averaging(self, rng_key, state, da, num_steps, offset, progress, prior_weight):
-        """``num_steps`` NUTS / HMC transitions with dual averaging of the leapfrog step.
-
-        HMC's number of leapfrog steps follows the running estimate of the whitened
-        target's scale, so that its trajectories last ``TRAJECTORY_LENGTH`` in units of the
-        target's spread. With ``prior_weight``, ``R`` also absorbs the score at every draw
-        (:class:`FisherHMCWarmup`'s ``score_prior_weight``).
-        """
-        _, da_update, _ = self.dual_averaging
-        dim = state.whitened_grad.shape[-1]
-        dtype = state.whitened_grad.dtype
-
-        def learn(state, k):
-            # A_k^{-1} = (1 - gamma) A_{k-1}^{-1} + gamma s s^T, gamma = 1 / (prior + k)
-            gamma = (1.0 / (prior_weight + k)).astype(dtype)
-            made = rank_one_update(
-                state.sqrt_precond,
-                jnp.zeros((), dtype),  # the trace is not used by NUTS
-                state.whitened_grad,
-                1.0 / jnp.sqrt(1.0 - gamma),
-                (1.0 - gamma) / gamma,
-            )
-            return state._replace(
-                sqrt_precond=made.sqrt_precond,
-                whitened_grad=whitened_product(made, state.whitened_grad),
-            )
-
-        def body(carry, iteration):
-            state, da, sum_sq, count = carry
-            step = jnp.exp(da.log_step_size).astype(dtype)
-            steps = self.num_integration_steps
-            if steps is None and self.algorithm == "hmc":
-                length = TRAJECTORY_LENGTH * jnp.sqrt(dim * count / sum_sq)
-                steps = jnp.clip(jnp.ceil(length / step), 1, 2**self.max_num_doublings)
-                steps = steps.astype(jnp.int32)
-            key = jax.random.fold_in(rng_key, iteration)
-            state, info = self.kernel(
-                key, state, self.logdensity_fn, step, steps, self.max_num_doublings
-            )
-            sum_sq = sum_sq + jnp.sum(state.whitened_grad**2)
-            if prior_weight is not None:
-                state = learn(state, count)
-            return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
-
-        start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
-        (state, da, sum_sq, count), info = scan_with_progress(
-            body, start, num_steps, offset, progress
-        )
-        return state, da, info, sum_sq / count
-
-    @staticmethod
-    def _initial_leapfrog_step(fstate, dim):
-        # MALA with normalized step sigma_R^2 is one leapfrog step of size sqrt(sigma_R^2)
-        return jnp.sqrt(fstate.step_size * dim / fstate.trace_precond)
-
-    @staticmethod
-    def _normalize(state, mean_sq_grad):
-        """Rescale ``R`` so that the whitened target has unit scale.
-
-        For a target with covariance ``c I`` in whitened coordinates,
-        ``E |grad_u log pi|^2 = d / c`` (Fisher's identity), so ``R <- sqrt(c) R`` makes
-        ``A = R R^T`` an estimate of the covariance itself rather than of the
-        un-normalized Eq. (11) matrix. Returns the state (its whitened gradient multiplied by
-        ``k = sqrt(c)`` too) and ``k``; the caller divides the leapfrog step by ``k``, so the
-        chain is unchanged.
-        """
-        dim = state.whitened_grad.shape[-1]
-        k = jnp.sqrt(dim / mean_sq_grad)
-        state = state._replace(
-            sqrt_precond=_scale_sqrt(state.sqrt_precond, k),
-            whitened_grad=state.whitened_grad * k[..., None],
-        )
-        return state, k
-
-    def _finish(self, finfo, info, step, sqrt_precond):
-        merged = WarmupInfo(
-            acceptance_rate=jnp.concatenate([finfo.acceptance_rate, info.acceptance_rate], -1),
-            is_accepted=jnp.concatenate([finfo.is_accepted, info.is_accepted], -1),
-            proposal_is_finite=jnp.concatenate(
-                [finfo.proposal_is_finite, info.proposal_is_finite], -1
-            ),
-            initial_step_size=finfo.initial_step_size,
-            num_grad_evals=finfo.num_grad_evals + jnp.sum(info.num_integration_steps, -1),
-            trace=finfo.trace,
-        )
-        return WarmupParameters(step, sqrt_precond), merged
-
     # The stages: the Fisher phase (compiled; with metric="auto" in two parts, with a
     # look at the metric in between), the choice of metric (on the host, from the learned
     # R of every chain, so that all chains sample with the same structure), and the
@@ -385,33 +242,21 @@ class FisherHMCWarmup:
         needed = -(-PROBE_SIGNALS_PER_DIM * dim // signals_per_iteration)
         return min(num_mala + block * -(-needed // block), num_fisher)
 
-    def fisher_stage(self, rng_key, position, num_steps: int, progress=None):
-        """The (first part of the) Fisher phase of one chain: ``((state, parameters), info)``."""
+    def fisher_stage(self, rng_key, positions, num_steps: int, progress=None):
+        """The (first part of the) Fisher phase: ``((state, parameters), info)``, of one
+        chain, or of all chains (one ``R``) when pooled."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
-        first = self.first_fisher_iterations(num_fisher, ravel(position).shape[-1])
-        return self.fisher.run(key_fisher, position, num_fisher, progress, stop_after=first)
-
-    def fisher_stage_batch(self, rng_key, positions, num_steps: int, progress=None):
-        """The pooled Fisher phase of all chains (one ``R``), or its first part."""
-        num_fisher, _ = self.split(num_steps)
-        key_fisher, _ = jax.random.split(rng_key)
-        num_chains, dim = jax.vmap(ravel)(positions).shape
-        first = self.first_fisher_iterations(num_fisher, dim, num_chains)
-        return self.fisher.run_batch(key_fisher, positions, num_fisher, progress, first)
+        flat = jax.vmap(ravel)(positions) if self.pooled else ravel(positions)[None]
+        first = self.first_fisher_iterations(num_fisher, flat.shape[-1], flat.shape[0])
+        return self.fisher.run(key_fisher, positions, num_fisher, progress, stop_after=first)
 
     def fisher_resume(self, rng_key, carry, num_steps: int, progress=None, num_more=0):
-        """``num_more`` more Fisher iterations of one chain after :meth:`fisher_stage`
-        (``carry`` is its ``(state, parameters)``; the info returned covers them only)."""
+        """``num_more`` more Fisher iterations after :meth:`fisher_stage` (``carry`` is its
+        ``(state, parameters)``; the info returned covers them only)."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
         return self.fisher.resume(key_fisher, carry, num_fisher, progress, num_more)
-
-    def fisher_resume_batch(self, rng_key, carry, num_steps: int, progress=None, num_more=0):
-        """``num_more`` more pooled Fisher iterations after :meth:`fisher_stage_batch`."""
-        num_fisher, _ = self.split(num_steps)
-        key_fisher, _ = jax.random.split(rng_key)
-        return self.fisher.resume_batch(key_fisher, carry, num_fisher, progress, num_more)
 
     def fisher_complete(self, fisher_out, num_steps: int) -> bool:
         """Whether ``fisher_out`` has run the whole Fisher phase of the warm-up."""
@@ -455,36 +300,15 @@ class FisherHMCWarmup:
         return self.rule_applies and dim <= AUTO_MAX_DIM and 4 * dim <= per_block
 
     def learned(self, previous, state) -> bool:
-        """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``).
-
-        Proposition 4 learns the un-normalized Fisher matrix
-        ``F_n = (R_n R_n^T)^{-1} = lambda I + sum_{i <= n} s_i s_i^T``, so the signals
-        absorbed between ``previous`` and ``state`` alone, whitened by the earlier ``R``,
-        sum to ``M = X^T X - I`` with ``X = R_now^{-1} R_prev``. Were the earlier ``R``
-        already right, ``M``'s condition number would be sampling noise, about the
-        Marchenko-Pastur ratio for that many signals (:func:`noise_condition_number`). The
-        rule: within :data:`LEARNED_NOISE_FACTOR` of it on every chain. Unlike the change
-        of the running average, which shrinks with the iteration count whether or not
-        ``R`` is right, ``M`` compares the newest signals with the estimate before them.
-        Runs on the host, ``O(d^3)`` per chain.
-        """
+        """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``) of
+        :func:`fisher_mala.adaptations.stopping_rule.stopping_rule`, looking at the ``R``
+        of ``state`` against that of ``previous`` (the end of the block before)."""
         if not self.rule_applies:
             return False
-        r_prev, r_now = previous.sqrt_precond, state.sqrt_precond
-        if not validation.is_concrete((r_prev, r_now)):
-            raise ValueError(
-                "The stopping rule looks at R on the host between compiled parts of the "
-                "Fisher phase; under jit pass stopping_rule=False."
-            )
-        num_signals = np.asarray(state.count, np.float64) - np.asarray(previous.count)
-        if self.pooled:  # one rank-C update per iteration
-            num_signals = num_signals * np.shape(state.whitened_grad)[0]
-        dim = np.shape(r_now)[-1]
-        if dim > AUTO_MAX_DIM:
-            return False
-        noise = noise_condition_number(dim, np.min(num_signals))
-        kappa = block_condition_number(r_prev, r_now)
-        return bool(np.isfinite(noise) and np.all(kappa <= LEARNED_NOISE_FACTOR * noise))
+        per_update = np.shape(state.whitened_grad)[0] if self.pooled else 1  # rank-C
+        rule = stopping_rule(per_update)
+        look = rule.init(previous.sqrt_precond, previous.count)
+        return rule.final(rule.update(look, (state.sqrt_precond, state.count)))
 
     def choose(self, fisher_state) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
@@ -512,54 +336,19 @@ class FisherHMCWarmup:
         return "diagonal" if diagonal_suffices(r, num_signals) else "dense"
 
     def tuning_stage(self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"):
-        """The step-size phase of one chain after its Fisher phase, with ``metric``."""
+        """The step-size phase after the Fisher phase, with ``metric``, of one chain or
+        (pooled) of every chain (:func:`fisher_mala.leapfrog_tuning.tuning_stage`)."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
         _, key_tune = jax.random.split(rng_key)
-        (fstate, _), finfo = fisher_out
-        num_fisher = finfo.acceptance_rate.shape[-1]
+        num_fisher = fisher_out[1].acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher)
-        state = _hand_over(fstate, metric, ravel(fstate.logdensity_grad))
-        initial = self._initial_leapfrog_step(fstate, fstate.whitened_grad.shape[-1])
-        state, step, info, mean_sq = self._tune_step_size(
-            key_tune, state, initial, num_tune, num_fisher, progress
+        return tuning_stage(
+            self.tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled
         )
-        state, k = self._normalize(state, mean_sq)
-        step = step / k
-        params, merged = self._finish(finfo, info, step, state.sqrt_precond)
-        return (state, params), merged
 
-    def tuning_stage_batch(
-        self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"
-    ):
-        """The step-size phase of every chain after the pooled Fisher phase."""
-        validation.check_choice("metric", metric, ("dense", "diagonal"))
-        _, key_tune = jax.random.split(rng_key)
-        (pstate, _), finfo = fisher_out
-        num_fisher = finfo.acceptance_rate.shape[-1]
-        num_tune = self.tuning_steps(num_steps, num_fisher)
-        num_chains, dim = pstate.whitened_grad.shape
-        grads = jax.vmap(ravel)(pstate.logdensity_grad)
-        shared = _hand_over(pstate, metric, grads)
-        states = shared._replace(
-            sqrt_precond=jax.tree.map(
-                lambda a: jnp.broadcast_to(a, (num_chains, *a.shape)), shared.sqrt_precond
-            )
-        )
-        initial = self._initial_leapfrog_step(pstate, dim)
-
-        def tune(key, state):
-            return self._tune_step_size(key, state, initial, num_tune, num_fisher, progress)
-
-        keys = jax.random.split(key_tune, num_chains)
-        states, steps, info, mean_sq = jax.vmap(tune)(keys, states)
-        pooled_mean_sq = jnp.broadcast_to(jnp.mean(mean_sq), mean_sq.shape)  # one R for all
-        states, k = self._normalize(states, pooled_mean_sq)
-        steps = steps / k
-        params, merged = self._finish(finfo, info, steps, _scale_sqrt(shared.sqrt_precond, k[0]))
-        return (states, params), merged
-
-    def run(self, rng_key, position, num_steps: int, progress: ProgressBar | None = None):
-        """Warm up one chain; returns ``(state, parameters), info``.
+    def run(self, rng_key, positions, num_steps: int, progress: ProgressBar | None = None):
+        """Warm up one chain (or, pooled, all chains: leading axis of ``positions``);
+        returns ``(state, parameters), info``.
 
         With ``metric="auto"`` or the stopping rule (the defaults) the looks at ``R`` need
         concrete values: call it outside ``jit``, as BlackJAX's
@@ -570,95 +359,7 @@ class FisherHMCWarmup:
         def call(method, argument, *extra):
             return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
 
-        return self.staged_run(call, position, num_steps)
-
-    def run_batch(self, rng_key, positions, num_steps: int, progress=None):
-        """Warm up all chains (leading axis of ``positions``) with one pooled ``R``."""
-
-        def call(method, argument, *extra):
-            return getattr(self, f"{method}_batch")(rng_key, argument, num_steps, progress, *extra)
-
         return self.staged_run(call, positions, num_steps)
-
-
-def noise_condition_number(dim: int, num_signals) -> np.ndarray:
-    """Condition number that sampling noise alone gives a learned correlation matrix.
-
-    The sample correlation matrix of ``n`` independent draws of ``N(0, I_d)`` has its
-    eigenvalues between the Marchenko-Pastur edges ``(1 -+ sqrt(d / n))^2``, so its
-    condition number is about ``((1 + q) / (1 - q))^2`` with ``q = sqrt(d / n)``. Infinite
-    for ``n < 4 d`` (``q > 1/2``), where the learned correlations say little.
-    """
-    q = np.sqrt(dim / np.maximum(np.asarray(num_signals, np.float64), 1.0))
-    with np.errstate(divide="ignore"):
-        return np.where(q <= 0.5, ((1 + q) / (1 - q)) ** 2, np.inf)
-
-
-def diagonal_suffices(sqrt_precond, num_signals) -> bool:
-    """Whether a diagonal metric loses nothing measurable against the learned dense ``R``.
-
-    True when every chain's learned correlation matrix has a condition number within
-    :data:`DIAGONAL_NOISE_FACTOR` of what ``num_signals`` signals give an independent
-    target (:func:`noise_condition_number`), and ``d <= AUTO_MAX_DIM``.
-    """
-    dim = np.shape(sqrt_precond)[-1]
-    if dim > AUTO_MAX_DIM:
-        return False
-    kappa = correlation_condition_number(sqrt_precond)
-    bound = DIAGONAL_NOISE_FACTOR * noise_condition_number(dim, num_signals)
-    return bool(np.all(kappa <= bound))
-
-
-def block_condition_number(sqrt_prev, sqrt_now) -> np.ndarray:
-    """Condition number of ``M = R_prev^T (F_now - F_prev) R_prev`` per leading index.
-
-    ``F = (R R^T)^{-1}``; ``M = X^T X - I`` with ``X = R_now^{-1} R_prev`` (one solve), in
-    float64 on the host. Infinite where ``M`` is not positive definite.
-    """
-    r_prev, r_now = (np.asarray(r, np.float64) for r in (sqrt_prev, sqrt_now))
-    x = np.linalg.solve(r_now, r_prev)
-    m = np.swapaxes(x, -1, -2) @ x - np.eye(r_prev.shape[-1])
-    eigenvalues = np.linalg.eigvalsh(m)
-    smallest, largest = eigenvalues[..., 0], eigenvalues[..., -1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(smallest > 0, largest / smallest, np.inf)
-
-
-def correlation_condition_number(sqrt_precond) -> np.ndarray:
-    """Condition number of the correlation matrix of ``A = R R^T`` (per leading index).
-
-    Computed on the host in float64. It is 1 for a diagonal ``A``; a diagonal metric
-    makes NUTS's whitened target have this condition number instead of about 1.
-    """
-    r = np.asarray(sqrt_precond, np.float64)
-    a = r @ np.swapaxes(r, -1, -2)
-    sd = np.sqrt(np.diagonal(a, axis1=-2, axis2=-1))
-    eigenvalues = np.linalg.eigvalsh(a / sd[..., :, None] / sd[..., None, :])
-    smallest, largest = eigenvalues[..., 0], eigenvalues[..., -1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(smallest > 0, largest / smallest, np.inf)
-
-
-def _hand_over(fstate, metric: str, flat_grad) -> FisherHMCState:
-    """The NUTS / HMC state at the end of the Fisher phase, with a dense or diagonal ``R``.
-
-    The diagonal ``R`` keeps ``A``'s diagonal: ``scale_i = ||R_i||`` (row norms), so the
-    trace and hence FisherMALA's normalized step carry over unchanged.
-    """
-    r = fstate.sqrt_precond
-    if metric == "diagonal":
-        sqrt = DiagonalSqrt(jnp.sqrt(jnp.sum(r**2, axis=-1)))
-        return FisherHMCState(
-            fstate.position, fstate.logdensity, whiten_gradient(flat_grad, sqrt), sqrt
-        )
-    return FisherHMCState(fstate.position, fstate.logdensity, fstate.whitened_grad, r)
-
-
-def _scale_sqrt(sqrt_precond, k):
-    """``k R`` with ``k`` one number per leading index (per chain)."""
-    if isinstance(sqrt_precond, DiagonalSqrt):
-        return DiagonalSqrt(sqrt_precond.scale * k[..., None])
-    return sqrt_precond * k[..., None, None]
 
 
 class FisherParameters(dict):
@@ -714,7 +415,7 @@ def fisher_adaptation(
     AdaptationAlgorithm
         ``run(rng_key, position, num_steps) -> ((state, parameters), info)``: ``state``
         is the BlackJAX kernel's state at the last warm-up position, ``parameters`` a
-        :class:`FisherParameters`, ``info`` the :class:`~fisher_mala.adaptation.WarmupInfo`.
+        :class:`FisherParameters`, ``info`` the :class:`~fisher_mala.schedule.WarmupInfo`.
     """
     from fisher_mala.base import AdaptationAlgorithm
 
@@ -746,3 +447,18 @@ def fisher_adaptation(
         return (bj_state, parameters), info
 
     return AdaptationAlgorithm(run)
+
+
+def __getattr__(name):
+    """``DAMPING``, the old name of :data:`FISHER_NUTS_DAMPING` (one release)."""
+    if name == "DAMPING":
+        import warnings
+
+        warnings.warn(
+            "`whitened_warmup.DAMPING` is now `FISHER_NUTS_DAMPING` (Algorithm 1's damping, "
+            "10, is `fisher_mala.adaptations.fisher.DAMPING`).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return FISHER_NUTS_DAMPING
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -109,10 +109,8 @@ def test_run_inference_algorithm(name):
 def test_a_vector_sqrt_precond_is_refused(make):
     with pytest.raises(ValueError, match="sqrt_precond"):
         make(jnp.ones(DIM))
-    kernel = mala.build_kernel()
-    state = mala.init(jnp.ones(DIM), logdensity)
-    with pytest.raises(ValueError, match="sqrt_precond"):
-        kernel(jax.random.key(0), state, logdensity, 0.3, jnp.ones(DIM))
+    with pytest.raises(ValueError, match="sqrt_precond"):  # the kernel's state carries R
+        mala.init(jnp.ones(DIM), logdensity, sqrt_precond=jnp.ones(DIM))
 
 
 def test_fm_sample_accepts_blackjax_algorithms():
@@ -131,19 +129,23 @@ def test_fm_sample_accepts_blackjax_algorithms():
 
 
 def test_changing_r_between_mala_steps_keeps_the_target():
-    """R is a call argument: an external adaptation may change it at every step.
+    """An external adaptation may change the state's R at every step, through
+    ``with_sqrt_precond`` (which recomputes the cached R^T grad and tr(A)).
 
-    (A state that cached R^T grad from the previous R gave variance 1.22 on N(0, 1).)
+    (A state that kept R^T grad from the previous R gave variance 1.22 on N(0, 1).)
     """
+    from fisher_mala.mala import with_sqrt_precond
+
     kernel = mala.build_kernel()
     num = 20000
     x = jax.random.normal(jax.random.key(0), (num, 1))
-    states = jax.vmap(lambda p: mala.init(p, lambda z: -0.5 * jnp.sum(z**2)))(x)
+    ld0 = lambda z: -0.5 * jnp.sum(z**2)  # noqa: E731
+    states = jax.vmap(lambda p: with_sqrt_precond(mala.init(p, ld0), jnp.eye(1)))(x)
     ld = lambda z: -0.5 * jnp.sum(z**2)  # noqa: E731
 
     def one(states, key_and_r):
         key, r = key_and_r
-        step = jax.vmap(lambda k, s: kernel(k, s, ld, 1.0, r))
+        step = jax.vmap(lambda k, s: kernel(k, with_sqrt_precond(s, r), ld, 1.0))
         return step(jax.random.split(key, num), states)[0], None
 
     rs = jnp.tile(jnp.asarray([[[0.3]], [[3.0]]]), (10, 1, 1))  # alternate R every step

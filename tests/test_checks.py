@@ -9,14 +9,20 @@ import numpy as np
 import pytest
 
 import fisher_mala as fm
-from fisher_mala.adaptation import WarmupInfo, WarmupParameters
 from fisher_mala.sampling import SamplingResult
+from fisher_mala.schedule import WarmupInfo, WarmupParameters
 
 CHAINS, DRAWS, DIM = 4, 2000, 3
 
 
-def fake_run(samples=None, acceptance=0.57, sampler="fisher_mala", is_accepted=None,
-             is_divergent=None, seed=0):
+def fake_run(
+    samples=None,
+    acceptance=0.57,
+    sampler="fisher_mala",
+    is_accepted=None,
+    is_divergent=None,
+    seed=0,
+):
     """A SamplingResult with i.i.d. N(0, 1) draws (or ``samples``) and Bernoulli accepts."""
     rng = np.random.default_rng(seed)
     if samples is None:
@@ -34,15 +40,31 @@ def fake_run(samples=None, acceptance=0.57, sampler="fisher_mala", is_accepted=N
         "proposal_is_finite": np.ones((chains, draws), bool),
         "is_divergent": np.asarray(is_divergent),
     }
-    info = WarmupInfo(np.zeros((chains, 1)), np.ones((chains, 1), bool),
-                      np.ones((chains, 1), bool), np.full(chains, 0.1), np.zeros(chains), None)
+    info = WarmupInfo(
+        np.zeros((chains, 1)),
+        np.ones((chains, 1), bool),
+        np.ones((chains, 1), bool),
+        np.full(chains, 0.1),
+        np.zeros(chains),
+        None,
+    )
     return SamplingResult(
-        sampler=sampler, samples=samples, sample_stats=stats,
-        parameters=WarmupParameters(np.full(chains, 0.1), None), warmup_info=info,
-        final_state=None, num_grad_evals=np.full(chains, draws), compile_seconds=0.0,
-        warmup_seconds=1.0, sampling_seconds=1.0, num_warmup=0, num_samples=draws,
-        thinning=1, target_acceptance=0.574 if sampler != "fisher_nuts" else 0.8,
+        sampler=sampler,
+        samples=samples,
+        sample_stats=stats,
+        parameters=WarmupParameters(np.full(chains, 0.1), None),
+        warmup_info=info,
+        final_state=None,
+        num_grad_evals=np.full(chains, draws),
+        compile_seconds=0.0,
+        warmup_seconds=1.0,
+        sampling_seconds=1.0,
+        num_warmup=0,
+        num_samples=draws,
+        thinning=1,
+        target_acceptance=0.574 if sampler != "fisher_nuts" else 0.8,
         rejects_whole_proposals=sampler != "fisher_nuts",
+        reports_divergences=sampler == "fisher_nuts",
     )
 
 
@@ -109,8 +131,9 @@ def test_a_long_rejection_streak_is_located():
     short[1, 500:560] = False
     assert "rejection_streak" not in checks(fake_run(x, is_accepted=short))
     # the same streak is no finding for NUTS, which does not reject whole proposals
-    assert "rejection_streak" not in checks(fake_run(x, is_accepted=accepted,
-                                                    sampler="fisher_nuts", acceptance=0.8))
+    assert "rejection_streak" not in checks(
+        fake_run(x, is_accepted=accepted, sampler="fisher_nuts", acceptance=0.8)
+    )
 
 
 def test_short_rejection_streaks_of_a_healthy_chain_pass():
@@ -137,8 +160,7 @@ def test_a_chain_that_never_moved_is_stuck():
 
 def test_pytree_draws_are_named_by_their_paths():
     rng = np.random.default_rng(6)
-    samples = {"mu": rng.normal(size=(CHAINS, DRAWS)),
-               "theta": rng.normal(size=(CHAINS, DRAWS, 2))}
+    samples = {"mu": rng.normal(size=(CHAINS, DRAWS)), "theta": rng.normal(size=(CHAINS, DRAWS, 2))}
     d = fm.diagnose(fake_run(samples))
     assert d.names == ["mu", "theta[0]", "theta[1]"] and d.ok
 
@@ -161,19 +183,33 @@ def test_sample_warns_once_naming_the_problem_and_not_on_a_healthy_run():
     x0 = jax.random.normal(jax.random.key(0), (4, 3))
     with warnings.catch_warnings():
         warnings.simplefilter("error", fm.SamplingWarning)
-        fm.sample(jax.random.key(1), "fisher_mala", logdensity, x0, num_warmup=2000,
-                  num_samples=3000)
+        fm.sample(
+            jax.random.key(1), "fisher_mala", logdensity, x0, num_warmup=2000, num_samples=3000
+        )
 
     def badly_scaled(x):  # sd 1 and 300: plain MALA cannot cross the long axis in time
         return -0.5 * (x[0] ** 2 + (x[1] / 300.0) ** 2)
 
     with pytest.warns(fm.SamplingWarning) as caught:
-        fm.sample(jax.random.key(2), "mala", badly_scaled, jnp.zeros((4, 2)) + 50.0 *
-                  jnp.arange(4.0)[:, None], num_warmup=200, num_samples=500)
+        fm.sample(
+            jax.random.key(2),
+            "mala",
+            badly_scaled,
+            jnp.zeros((4, 2)) + 50.0 * jnp.arange(4.0)[:, None],
+            num_warmup=200,
+            num_samples=500,
+        )
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "R-hat" in message and "x[1]" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error", fm.SamplingWarning)
-        fm.sample(jax.random.key(2), "mala", badly_scaled, jnp.zeros((4, 2)), num_warmup=50,
-                  num_samples=50, diagnose=False)
+        fm.sample(
+            jax.random.key(2),
+            "mala",
+            badly_scaled,
+            jnp.zeros((4, 2)),
+            num_warmup=50,
+            num_samples=50,
+            diagnose=False,
+        )

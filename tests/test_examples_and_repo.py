@@ -1,5 +1,6 @@
 """The examples run, and the README's set-up commands are the ones CI runs."""
 
+import ast
 import pathlib
 import re
 import subprocess
@@ -12,9 +13,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_quickstart_runs_in_quick_mode(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--quick", "--chains", "2",
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "quickstart.py"),
+            "--quick",
+            "--chains",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_no_nan(proc)
@@ -89,12 +99,24 @@ def check_custom_schedule(out):
     assert "capped" in rows[2]  # the optax schedule would forget faster than d signals
 
 
+def check_own_sampler(out):
+    """The page "Write your own sampler": fm.sample runs the composed warm-up (converged,
+    tuned), and BlackJAX's loop runs the adaptive step (it learns the 0.95 correlation)."""
+    assert summary_value("custom_sampler", "max R-hat", out) < 1.02
+    assert summary_value("custom_sampler", "bulk ESS min", out) >= 500.0
+    assert 0.45 < summary_value("custom_sampler", "acc", out) < 0.7  # dual averaging to 0.574
+    assert len(numbers_after("tuned sigma^2", out)) == 4
+    draws, correlation = numbers_after("run_inference_algorithm:", out)
+    assert draws == 1500 and 0.9 < correlation < 0.99, out
+
+
 EXAMPLES = {
     "logistic_regression.py": ["--quick"],
     "scan_composition.py": ["--quick"],
     "numpyro_model.py": ["--quick"],
     "gpu.py": ["--quick", "--chains", "2", "--dataset", "ripley"],
     "custom_schedule.py": ["--quick"],
+    "own_sampler.py": ["--quick"],
 }
 
 
@@ -104,6 +126,7 @@ CHECKS = {
     "numpyro_model.py": check_numpyro_model,
     "gpu.py": check_gpu,
     "custom_schedule.py": check_custom_schedule,
+    "own_sampler.py": check_own_sampler,
 }
 
 
@@ -132,13 +155,20 @@ def test_paper_reproduction_pipeline_quick_mode(tmp_path):
     """benchmarks.paper end to end on a few small cells: tables and figures are produced."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.paper", "quick", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (tmp_path / "results.md").read_text()
     assert "| FisherMALA |" in text and "reduced: 300 + 300 iterations, 2 repetitions" in text
-    for name in ("frobenius_gaussian_2d.png", "gp_covariance.png", "logtarget_gp.png",
-                 "step_sizes.png"):
+    for name in (
+        "frobenius_gaussian_2d.png",
+        "gp_covariance.png",
+        "logtarget_gp.png",
+        "step_sizes.png",
+    ):
         assert (tmp_path / "images" / "results" / name).stat().st_size > 1000
     records = list((tmp_path / "results").glob("gp/fisher_mala/rep*.json"))
     assert len(records) == 2
@@ -216,8 +246,9 @@ def test_site_check_finds_raw_tex_and_broken_images(tmp_path):
 
     (tmp_path / "img.png").write_bytes(b"png")
     good = tmp_path / "good.html"
-    good.write_text('<p>MathML <math><mi>A</mi></math> and <code>\\(x\\)</code></p>'
-                    '<img src="img.png">')
+    good.write_text(
+        '<p>MathML <math><mi>A</mi></math> and <code>\\(x\\)</code></p><img src="img.png">'
+    )
     bad = tmp_path / "bad.html"
     bad.write_text('<p>raw \\(A^{-1}\\) here</p><img src="missing.png">')
     assert check_site.problems(good, tmp_path) == []
@@ -237,3 +268,120 @@ def test_docs_hook_renders_tex_as_mathml():
         '<span class="arithmatex">\\(R R^\\top\\)</span>',
     )
     assert html.startswith("<math") and "\\(" not in html
+
+
+def module_imports(package: pathlib.Path) -> dict[str, set[str]]:
+    """Every module of the package in folder ``package`` with the modules of the same package
+    it imports, anywhere in its code (inside functions too; not under ``if TYPE_CHECKING:``).
+
+    ``from P import name`` imports the module ``P.name`` when there is one, else ``P``; the
+    packages that a submodule's import goes through count too, except the importer's own.
+    """
+    files = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        edges = set()
+
+        def add(target, explicit, name=name, edges=edges):
+            # importing a.b.c runs a and a.b first: edges, unless the importer is inside them
+            if (
+                target in files
+                and target != name
+                and (explicit or not name.startswith(target + "."))
+            ):
+                edges.add(target)
+
+        def add_path(dotted, add=add):
+            parts = dotted.split(".")
+            for i in range(1, len(parts)):
+                add(".".join(parts[:i]), explicit=False)
+            add(dotted, explicit=True)
+
+        pending = list(ast.parse(path.read_text(), str(path)).body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                pending.extend(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    add_path(alias.name)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the importer's package, up level - 1
+                    here = name.split(".")[: None if path.name == "__init__.py" else -1]
+                    base = ".".join(here[: len(here) - node.level + 1] + [base] * bool(base))
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in files:  # a submodule
+                        add_path(f"{base}.{alias.name}")
+                    else:
+                        add_path(base)
+            pending.extend(ast.iter_child_nodes(node))
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first search meets (one per edge back to a module on its path),
+    each as ``[a, b, ..., a]``."""
+    cycles, done, path = [], set(), []
+
+    def visit(module):
+        path.append(module)
+        for target in sorted(graph[module]):
+            if target in path:
+                cycle = path[path.index(target) :]
+                start = cycle.index(min(cycle))  # one spelling per cycle
+                cycle = cycle[start:] + cycle[:start]
+                if cycle + cycle[:1] not in cycles:
+                    cycles.append(cycle + cycle[:1])
+            elif target not in done:
+                visit(target)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)
+    return cycles
+
+
+def test_import_cycle_check_sees_lazy_and_relative_imports(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "from pkg import a\n",
+        "a.py": "import os\nimport pkg.b\n",
+        "b.py": "def f():\n    from .sub import c\n",  # lazy and relative
+        "sub/__init__.py": "",
+        "sub/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from pkg import a\nelse:\n    from .. import d\n",
+        "d.py": "from pkg import a as _\nfrom pkg.sub import c\n",
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+    graph = module_imports(package)
+    assert graph == {
+        "pkg": {"pkg.a"},
+        "pkg.a": {"pkg.b"},
+        "pkg.b": {"pkg.sub", "pkg.sub.c"},
+        "pkg.sub": set(),
+        "pkg.sub.c": {"pkg.d"},
+        "pkg.d": {"pkg.a", "pkg.sub", "pkg.sub.c"},
+    }
+    assert import_cycles(graph) == [
+        ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.d", "pkg.a"],
+        ["pkg.d", "pkg.sub.c", "pkg.d"],
+    ]
+    assert import_cycles({"p.a": {"p.b"}, "p.b": set()}) == []
+
+
+@pytest.mark.parametrize("package", ["fisher_mala", "benchmarks"])
+def test_no_import_cycles(package):
+    """No module of ``package`` imports one that imports it back, directly or through others
+    (imports inside functions count: a lazy import that dodges a cycle at run time hides it)."""
+    cycles = import_cycles(module_imports(ROOT / package))
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)

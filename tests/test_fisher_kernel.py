@@ -11,6 +11,7 @@ import pytest
 from conftest import gaussian_logdensity, normalized_frobenius, random_covariance
 
 import fisher_mala as fm
+from fisher_mala.mala import MALAInfo, MALAState
 
 # --- invariance: exact draws stay exact draws (MCSE z-scores across independent chains) ---
 
@@ -79,16 +80,18 @@ def test_invariance_check_detects_a_wrong_kernel():
     logdensity = gaussian_logdensity(jnp.asarray(MEAN3), jnp.asarray(COV3))
     grad = jax.grad(logdensity)
 
+    x0 = jnp.zeros(3)
+
     def ula_step(key, x):
         return x + 0.5 * 0.4 * grad(x) + jnp.sqrt(0.4) * jax.random.normal(key, x.shape)
 
     class Alg:
-        init = staticmethod(lambda x: fm.MALAState(x, 0.0, x))
+        init = staticmethod(lambda x: MALAState(x, 0.0, x))
 
         @staticmethod
         def step(key, state):
             new = ula_step(key, state.position)
-            return state._replace(position=new), fm.MALAInfo(1.0, True, True)
+            return state._replace(position=new), MALAInfo(1.0, True, True, 0.4, x0, x0)
 
     positions, _ = _run_chains(Alg, jax.random.key(42))
     assert np.max(np.abs(_z_scores(positions))) > Z_MAX
@@ -158,8 +161,11 @@ def appendix_b_information(scores, learning_rate, damping):
         g = min(float(learning_rate(n)), max(1.0 / n, 1.0 / d))
         rho = max(0.0, damping * (n * g - 1.0) / (n * (n - 1.0)))
         axis = np.eye(d)[(n - 2) % d]
-        fisher = ((1 - g) * fisher + g * np.outer(scores[n - 1], scores[n - 1])
-                  + rho * d * np.outer(axis, axis))
+        fisher = (
+            (1 - g) * fisher
+            + g * np.outer(scores[n - 1], scores[n - 1])
+            + rho * d * np.outer(axis, axis)
+        )
     return fisher
 
 
@@ -418,8 +424,9 @@ def test_default_and_increment_signals_in_kernel_match_dense_algebra(x64, signal
     expected = np.linalg.inv(signals.T @ signals + damping * np.eye(4))
     r = np.asarray(state.sqrt_precond)
     np.testing.assert_allclose(r @ r.T, expected, rtol=1e-8, atol=1e-14)
-    np.testing.assert_allclose(state.logdensity_grad, _grad_4d(np.asarray(state.position)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        state.logdensity_grad, _grad_4d(np.asarray(state.position)), rtol=1e-12
+    )
 
 
 @pytest.mark.slow  # 27 s; schedules are also checked by test_properties and the kernel tests
@@ -436,12 +443,27 @@ def test_the_issues_schedule_keeps_the_run_finite_and_warns_that_it_is_capped():
     target = fm.targets.gp_gaussian()
     x0 = target.initial_positions(jax.random.key(0), 2)
     with pytest.warns(RuntimeWarning, match="capped at max"):
-        r = fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
-                      num_warmup=num, num_samples=500, learning_rate=lambda n: 0.5 * schedule(n),
-                      diagnose=False)
+        r = fm.sample(
+            jax.random.key(1),
+            "fisher_mala",
+            target.logdensity_fn,
+            x0,
+            num_warmup=num,
+            num_samples=500,
+            learning_rate=lambda n: 0.5 * schedule(n),
+            diagnose=False,
+        )
     assert np.all(np.isfinite(np.asarray(r.parameters.sqrt_precond)))
     assert np.all(np.asarray(r.sample_stats["is_accepted"]).mean(-1) > 0.3)
     with warnings.catch_warnings():  # a window of d signals throughout: no warning
         warnings.simplefilter("error", RuntimeWarning)
-        fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0, num_warmup=600,
-                  num_samples=10, learning_rate=1.0 / target.dim, diagnose=False)
+        fm.sample(
+            jax.random.key(1),
+            "fisher_mala",
+            target.logdensity_fn,
+            x0,
+            num_warmup=600,
+            num_samples=10,
+            learning_rate=1.0 / target.dim,
+            diagnose=False,
+        )

@@ -55,7 +55,7 @@ def test_frozen_pooled_kernel_leaves_the_target_invariant():
     state = pooled.init(x0, target.logdensity_fn, 0.3)
     state = pooled.state_from(state.position, state.logdensity, state.logdensity_grad, 0.3,
                               10.0, sqrt_precond=r)
-    kernel = jax.jit(lambda k, s: pooled.build_kernel(adapt=False)(k, s, target.logdensity_fn))
+    kernel = jax.jit(lambda k, s: pooled.build_kernel()(k, s, target.logdensity_fn))
     rates = []
     for key in jax.random.split(jax.random.key(1), 15):
         state, info = kernel(key, state)

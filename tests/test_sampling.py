@@ -13,14 +13,16 @@ import numpy as np
 import pytest
 
 import fisher_mala as fm
-from fisher_mala.adaptation import FisherMALAWarmup, extend_info, find_reasonable_step_size
-from fisher_mala.baseline_warmups import PooledFisherMALAWarmup
+from fisher_mala.adaptations.step_size_search import find_reasonable_step_size
 from fisher_mala.progress import ProgressBar
+from fisher_mala.schedule import extend_info
+from fisher_mala.warmups import fisher_mala_warmup, pooled_fisher_mala_warmup
 
 MEAN = np.array([1.0, -1.0, 0.5, 2.0])
 SD = np.array([0.1, 1.0, 3.0, 0.5])
-CORR = np.array([[1.0, 0.8, 0.0, 0.0], [0.8, 1.0, 0.3, 0.0], [0.0, 0.3, 1.0, -0.5],
-                 [0.0, 0.0, -0.5, 1.0]])
+CORR = np.array(
+    [[1.0, 0.8, 0.0, 0.0], [0.8, 1.0, 0.3, 0.0], [0.0, 0.3, 1.0, -0.5], [0.0, 0.0, -0.5, 1.0]]
+)
 COV = CORR * np.outer(SD, SD)
 TARGET = fm.targets.gaussian("test4", MEAN, COV)
 
@@ -70,8 +72,15 @@ def test_thinning_and_pytree_positions():
         return TARGET.logdensity_fn(jnp.concatenate([p["a"], p["b"]]))
 
     positions = {"a": jnp.zeros((2, 1)), "b": jnp.ones((2, 3))}
-    r = fm.sample(jax.random.key(0), "mala", logdensity, positions, num_warmup=200,
-                  num_samples=300, thinning=3)
+    r = fm.sample(
+        jax.random.key(0),
+        "mala",
+        logdensity,
+        positions,
+        num_warmup=200,
+        num_samples=300,
+        thinning=3,
+    )
     assert r.samples["a"].shape == (2, 100, 1) and r.samples["b"].shape == (2, 100, 3)
     assert r.sample_stats["logdensity"].shape == (2, 100)
     idata = fm.to_arviz(r)
@@ -79,13 +88,15 @@ def test_thinning_and_pytree_positions():
 
 
 def test_warmup_trace_at_an_interval():
-    warmup = fm.fisher_mala_warmup(TARGET.logdensity_fn, num_mala_steps=100, trace_every=200,
-                                   record_precond=True)
+    warmup = fm.fisher_mala_warmup(
+        TARGET.logdensity_fn, num_mala_steps=100, trace_every=200, record_precond=True
+    )
     (state, params), info = warmup.run(jax.random.key(0), jnp.zeros(4), 1100)
     assert info.trace.iteration.tolist() == [300, 500, 700, 900, 1100]
     assert info.trace.normalized_precond.shape == (5, 4, 4)
-    np.testing.assert_allclose(jnp.trace(info.trace.normalized_precond, axis1=1, axis2=2), 4.0,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        jnp.trace(info.trace.normalized_precond, axis1=1, axis2=2), 4.0, rtol=1e-5
+    )
     assert int(state.count) == 1000 and info.acceptance_rate.shape == (1100,)
     assert float(params.step_size) == float(state.step_size)
 
@@ -96,11 +107,11 @@ def test_a_warmup_stopped_and_resumed_is_the_same_chain(pooled):
     options = dict(num_mala_steps=20, trace_every=100, record_precond=True)
     key = jax.random.key(0)
     if pooled:
-        warmup = PooledFisherMALAWarmup(TARGET.logdensity_fn, **options)
+        warmup = pooled_fisher_mala_warmup(TARGET.logdensity_fn, **options)
         x0 = jnp.zeros((3, 4))
-        run, resume = warmup.run_batch, warmup.resume_batch
+        run, resume = warmup.run, warmup.resume
     else:
-        warmup = FisherMALAWarmup(TARGET.logdensity_fn, **options)
+        warmup = fisher_mala_warmup(TARGET.logdensity_fn, **options)
         x0 = jnp.zeros(4)
         run, resume = warmup.run, warmup.resume
     whole = run(key, x0, 420)
@@ -131,8 +142,15 @@ def test_initial_guess_does_not_matter(guess):
     positions = target.initial_positions(jax.random.key(3), 2)
     kwargs = dict(num_warmup=3000, num_samples=3000, initial_step_size=guess)
     r = fm.sample(jax.random.key(0), "fisher_mala", target.logdensity_fn, positions, **kwargs)
-    ref = fm.sample(jax.random.key(0), "fisher_mala", target.logdensity_fn, positions,
-                    num_warmup=3000, num_samples=3000)
+    ref = fm.sample(
+        jax.random.key(0),
+        "fisher_mala",
+        target.logdensity_fn,
+        positions,
+        num_warmup=3000,
+        num_samples=3000,
+    )
+
     def paper_min(result):
         return fm.ess(result, method="paper", per_chain=True).min(axis=1).mean()
 
@@ -140,15 +158,27 @@ def test_initial_guess_does_not_matter(guess):
     assert 0.5 < ratio < 2.0, ratio
     # without the search the MALA phase is wasted and the chain is far worse
     if guess == 100.0:
-        bad = fm.sample(jax.random.key(0), "fisher_mala", target.logdensity_fn, positions,
-                        find_step_size=False, **kwargs)
+        bad = fm.sample(
+            jax.random.key(0),
+            "fisher_mala",
+            target.logdensity_fn,
+            positions,
+            find_step_size=False,
+            **kwargs,
+        )
         assert paper_min(bad) < 0.5 * paper_min(ref)
 
 
 def test_custom_sampling_algorithm_is_accepted():
     alg = fm.mala(TARGET.logdensity_fn, step_size=0.01)
-    r = fm.sample(jax.random.key(0), alg, TARGET.logdensity_fn, jnp.zeros((2, 4)),
-                  num_warmup=100, num_samples=100)
+    r = fm.sample(
+        jax.random.key(0),
+        alg,
+        TARGET.logdensity_fn,
+        jnp.zeros((2, 4)),
+        num_warmup=100,
+        num_samples=100,
+    )
     assert r.samples.shape == (2, 100, 4) and r.sampler == "custom"
 
 
@@ -194,8 +224,13 @@ def test_sample_rejects_a_chain_outside_the_support():
         return jnp.where(x[0] > 0, -jnp.inf, -0.5 * jnp.sum(x**2))
 
     with pytest.raises(ValueError, match="chains \\[1\\]"):
-        fm.sample(jax.random.key(0), "mala", logdensity, jnp.array([[-1.0, 0.0], [1.0, 0.0]]),
-                  num_samples=10)
+        fm.sample(
+            jax.random.key(0),
+            "mala",
+            logdensity,
+            jnp.array([[-1.0, 0.0], [1.0, 0.0]]),
+            num_samples=10,
+        )
 
 
 def test_arviz_export_works_with_arviz_functions(fisher_result):
@@ -206,8 +241,12 @@ def test_arviz_export_works_with_arviz_functions(fisher_result):
     assert len(table) == 4 and "ess_bulk" in table.columns
     bulk = np.asarray(az.ess(idata, method="bulk")["x"])
     np.testing.assert_allclose(bulk, fm.ess(fisher_result, "bulk", per_chain=False), rtol=1e-8)
-    assert set(idata["sample_stats"].data_vars) >= {"lp", "acceptance_rate", "step_size",
-                                                    "diverging"}
+    assert set(idata["sample_stats"].data_vars) >= {
+        "lp",
+        "acceptance_rate",
+        "step_size",
+        "diverging",
+    }
 
 
 @pytest.mark.slow  # 42 s; tests/test_distributed.py checks sharded runs against one device
@@ -226,14 +265,20 @@ def test_sharded_chains_match_a_single_device_run():
     )
     env_flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sharded_{os.getpid()}.npy")
-    proc = subprocess.run([sys.executable, "-c", code.format(out=out)], capture_output=True,
-                          text=True, env={**os.environ, **env_flags}, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code.format(out=out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_flags},
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     sharded = np.load(out)
     t = fm.targets.gp_gaussian()
     x0 = t.initial_positions(jax.random.key(1), 4)
-    single = fm.sample(jax.random.key(0), "fisher_mala", t.logdensity_fn, x0, num_warmup=600,
-                       num_samples=300)
+    single = fm.sample(
+        jax.random.key(0), "fisher_mala", t.logdensity_fn, x0, num_warmup=600, num_samples=300
+    )
     np.testing.assert_allclose(sharded, np.asarray(single.samples), rtol=1e-3, atol=1e-3)
 
 
@@ -241,9 +286,18 @@ def test_sequential_chains_give_the_vectorized_draws(x64):
     """chain_method="sequential" runs the same per-chain keys one chain after the other."""
     target = fm.targets.get("gaussian_2d")
     x0 = target.initial_positions(jax.random.key(0), 3, jnp.float64)
-    runs = [fm.sample(jax.random.key(1), "fisher_mala", target.logdensity_fn, x0,
-                      num_warmup=300, num_samples=50, chain_method=m)
-            for m in ("vectorized", "sequential")]
+    runs = [
+        fm.sample(
+            jax.random.key(1),
+            "fisher_mala",
+            target.logdensity_fn,
+            x0,
+            num_warmup=300,
+            num_samples=50,
+            chain_method=m,
+        )
+        for m in ("vectorized", "sequential")
+    ]
     np.testing.assert_allclose(runs[0].samples, runs[1].samples, rtol=1e-6, atol=1e-8)
     with pytest.raises(ValueError, match="chain_method"):
         fm.sample(jax.random.key(1), "mala", target.logdensity_fn, x0, chain_method="parallel")
@@ -256,7 +310,8 @@ def test_auto_chain_method_follows_dimension_and_chains_per_device():
         mesh = None
         if devices > 1:  # only its "chain" axis size is read
             mesh = types.SimpleNamespace(shape={"chain": devices})
-        return sampling._auto_chain_method(name, jnp.zeros((chains, dim)), mesh)
+        trajectory = fm.registry.get(name).trajectory
+        return sampling._auto_chain_method(trajectory, jnp.zeros((chains, dim)), mesh)
 
     small, mid = sampling.SEQUENTIAL_MAX_DIM, sampling.SEQUENTIAL_MAX_DIM_SMALL_BATCH
     assert method("fisher_nuts", small, 4) == "sequential"

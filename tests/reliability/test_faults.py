@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fisher_mala as fm
-from fisher_mala.step_size import adapt_step_size, step_size_bounds
+from fisher_mala.adaptations.step_size import adapt_step_size, step_size_bounds
 
 
 def _all_finite(tree):
@@ -35,8 +35,15 @@ def overflowing_gradient(x):
 def test_faulty_regions_are_rejected_and_reported(sampler, logdensity):
     positions = jnp.zeros((2, 4))
     kwargs = {"initial_step_size": 9.0, "find_step_size": False}  # provoke faults
-    r = fm.sample(jax.random.key(0), sampler, logdensity, positions, num_warmup=1500,
-                  num_samples=500, **kwargs)
+    r = fm.sample(
+        jax.random.key(0),
+        sampler,
+        logdensity,
+        positions,
+        num_warmup=1500,
+        num_samples=500,
+        **kwargs,
+    )
     report = fm.diagnostics.faults(r)
     assert report["nonfinite_warmup"].sum() > 0  # the faults happened and are counted
     x = np.asarray(r.samples)
@@ -55,8 +62,9 @@ def test_everything_rejected_keeps_the_state_and_bounds_the_step():
     alg = fm.fisher_mala(lambda x: -0.5 * jnp.sum(x**2), step_size=1e30)
     state = alg.init(jnp.ones(3))
     start = state.position
-    state, info = jax.lax.scan(lambda s, k: alg.step(k, s), state,
-                               jax.random.split(jax.random.key(0), 200))
+    state, info = jax.lax.scan(
+        lambda s, k: alg.step(k, s), state, jax.random.split(jax.random.key(0), 200)
+    )
     assert not bool(info.is_accepted.any())
     np.testing.assert_array_equal(state.position, start)
     assert _all_finite(state)
@@ -77,8 +85,16 @@ def test_a_chain_that_never_moves_is_reported():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        r = fm.sample(jax.random.key(0), "mala", spike, jnp.zeros((1, 2)), num_warmup=50,
-                      num_samples=50, find_step_size=False, initial_step_size=1.0)
+        r = fm.sample(
+            jax.random.key(0),
+            "mala",
+            spike,
+            jnp.zeros((1, 2)),
+            num_warmup=50,
+            num_samples=50,
+            find_step_size=False,
+            initial_step_size=1.0,
+        )
     assert any("accepted no proposal" in str(w.message) for w in caught)
     assert int(fm.diagnostics.faults(r)["accepted_sampling"][0]) == 0
 
@@ -89,12 +105,20 @@ def test_float32_trace_stays_exact_at_every_target_scale(sd):
     refresh in between). The O(d) trace update drifted here (relative error 0.61 at
     sd = 1e-3, a factor 257 at 1e-4, acceptance 0 over the last 500 steps); the trace
     summed from R does not."""
+
     def logdensity(x):
         return -0.5 * jnp.sum(((x - 1.0) / sd) ** 2)
 
     x0 = 1.0 + sd * jax.random.normal(jax.random.key(0), (4, 20), jnp.float32)
-    r = fm.sample(jax.random.key(1), "fisher_mala", logdensity, x0, num_warmup=1499,
-                  num_samples=200, diagnose=False)
+    r = fm.sample(
+        jax.random.key(1),
+        "fisher_mala",
+        logdensity,
+        x0,
+        num_warmup=1499,
+        num_samples=200,
+        diagnose=False,
+    )
     assert r.final_state.sqrt_precond.dtype == jnp.float32
     acceptance = np.asarray(r.warmup_info.acceptance_rate)[:, -500:].mean()
     assert abs(acceptance - 0.574) < 0.05, acceptance
@@ -115,5 +139,4 @@ def test_trace_stays_positive_and_exact_under_huge_signals():
         made = rank_one_update(r, trace, phi @ r, 1.0, 1.0)
         r, trace = made.sqrt_precond, made.trace_precond
         assert float(trace) > 0
-    np.testing.assert_allclose(float(trace), float(jnp.sum(r.astype(jnp.float64) ** 2)),
-                               rtol=1e-5)
+    np.testing.assert_allclose(float(trace), float(jnp.sum(r.astype(jnp.float64) ** 2)), rtol=1e-5)

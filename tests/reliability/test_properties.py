@@ -121,16 +121,16 @@ def test_appendix_b_square_root_stays_finite_and_exact(case, power):
 #: the schedule of the issue: 0.5 (1 -> n^-0.7) over 10^4 steps
 _POLYNOMIAL = optax.polynomial_schedule(1.0, 1.0 / 1e4**0.7, 1.0, 10_000)
 SCHEDULES = {
-    "constant": lambda p: (lambda n: p),
-    "power": lambda p: (lambda n: 1.0 / n ** (0.05 + 0.95 * p)),  # n^-0.05 .. n^-1
-    "optax_polynomial": lambda p: (lambda n: 0.5 * _POLYNOMIAL(n)),
+    "constant": lambda p: lambda n: p,
+    "power": lambda p: lambda n: 1.0 / n ** (0.05 + 0.95 * p),  # n^-0.05 .. n^-1
+    "optax_polynomial": lambda p: lambda n: 0.5 * _POLYNOMIAL(n),
     "1/n": lambda p: None,
 }
 
 
 def _run_schedule(learning_rate, dim, num_steps, dtype, signal_scales, seed):
     """``num_steps`` updates of fm.fisher_preconditioner with i.i.d. signals (one scan)."""
-    from fisher_mala.preconditioner import fisher_preconditioner
+    from fisher_mala.adaptations.fisher import fisher_preconditioner
 
     adaptation = fisher_preconditioner(10.0, learning_rate)
     keys = jax.random.split(jax.random.key(seed), num_steps)
@@ -146,16 +146,28 @@ def _run_schedule(learning_rate, dim, num_steps, dtype, signal_scales, seed):
 
 
 @settings(max_examples=10, deadline=None)  # each example compiles its own scan
-@example(kind="constant", p=0.5, dim=50, log_scale=0.0, spread=0.0, dtype="float32", seed=0,
-         active=1.0)
-@example(kind="constant", p=0.5, dim=50, log_scale=0.0, spread=0.0, dtype="float64", seed=0,
-         active=1.0)
-@example(kind="optax_polynomial", p=0.5, dim=50, log_scale=-3.0, spread=1.0, dtype="float32",
-         seed=1, active=1.0)
-@example(kind="constant", p=0.9, dim=5, log_scale=2.0, spread=1.0, dtype="float64", seed=2,
-         active=1.0)
-@example(kind="power", p=0.3, dim=20, log_scale=0.0, spread=0.0, dtype="float64", seed=3,
-         active=0.3)
+@example(
+    kind="constant", p=0.5, dim=50, log_scale=0.0, spread=0.0, dtype="float32", seed=0, active=1.0
+)
+@example(
+    kind="constant", p=0.5, dim=50, log_scale=0.0, spread=0.0, dtype="float64", seed=0, active=1.0
+)
+@example(
+    kind="optax_polynomial",
+    p=0.5,
+    dim=50,
+    log_scale=-3.0,
+    spread=1.0,
+    dtype="float32",
+    seed=1,
+    active=1.0,
+)
+@example(
+    kind="constant", p=0.9, dim=5, log_scale=2.0, spread=1.0, dtype="float64", seed=2, active=1.0
+)
+@example(
+    kind="power", p=0.3, dim=20, log_scale=0.0, spread=0.0, dtype="float64", seed=3, active=0.3
+)
 @given(
     kind=st.sampled_from(sorted(SCHEDULES)),
     p=st.floats(0.01, 0.99),
@@ -178,10 +190,9 @@ def test_every_schedule_keeps_r_finite_and_well_conditioned(
     without the damping floor confined signals do."""
     num_steps = 10_000
     scales = 10.0 ** (log_scale + spread * np.linspace(-1.0, 1.0, dim))
-    scales[max(1, int(active * dim)):] = 0.0
+    scales[max(1, int(active * dim)) :] = 0.0
     with jax.enable_x64(dtype == "float64"):
-        state = _run_schedule(SCHEDULES[kind](p), dim, num_steps, jnp.dtype(dtype), scales,
-                              seed)
+        state = _run_schedule(SCHEDULES[kind](p), dim, num_steps, jnp.dtype(dtype), scales, seed)
     r = np.asarray(state.sqrt_precond, np.float64)
     assert np.all(np.isfinite(r))
     a = r @ r.T

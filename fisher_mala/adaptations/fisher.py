@@ -1,4 +1,4 @@
-"""The Fisher preconditioner adaptation as its own piece: ``(init, update, final)``.
+"""The Fisher preconditioner adaptation, an ``(init, update, final)`` triple.
 
 In the shape of an optax transformation (or BlackJAX's ``mass_matrix_adaptation``): a
 small NamedTuple state and three pure functions, so that any kernel that exposes
@@ -27,6 +27,7 @@ import numpy as np
 from jax import Array
 
 from fisher_mala import validation
+from fisher_mala.adaptations.base import Adaptation
 from fisher_mala.sqrt_precond import (
     BlockUpdate,
     SqrtUpdate,
@@ -81,23 +82,12 @@ class FisherPreconditionerState(NamedTuple):
     count: Array
 
 
-class FisherPreconditioner(NamedTuple):
-    """The ``(init, update, final)`` triple returned by :func:`fisher_preconditioner`.
-
-    Attributes
-    ----------
-    init
-        ``(dim, dtype, sqrt_precond=None) -> FisherPreconditionerState``.
-    update
-        ``(state, phi) -> (state, SqrtUpdate | BlockUpdate)`` with ``phi = R^T s``
-        (``(d,)``) or a block of them (``(C, d)``).
-    final
-        ``state -> R``, the square root to freeze for sampling.
-    """
-
-    init: Callable
-    update: Callable
-    final: Callable
+#: The ``(init, update, final)`` triple returned by :func:`fisher_preconditioner`:
+#: ``init(dim, dtype, sqrt_precond=None) -> FisherPreconditionerState``;
+#: ``update(state, phi) -> (state, SqrtUpdate | BlockUpdate)`` with ``phi = R^T s``
+#: (``(d,)``) or a block of them (``(C, d)``); ``final(state) -> R``, the square root to
+#: freeze for sampling.
+FisherPreconditioner = Adaptation
 
 
 def whitened_signal(

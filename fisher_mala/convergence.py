@@ -1,0 +1,234 @@
+"""Convergence diagnostics as array programs over every coordinate at once (layer 6).
+
+ArviZ 1.x (``arviz_stats``) computes the rank-normalized split R-hat and the bulk and tail
+ESS of Vehtari et al. (2021) one coordinate at a time, with Geyer's initial sequences in a
+Python loop: on the quickstart's 4 x 20000 x 100 draws that is seconds, and on a GPU run
+minutes, of single-threaded Python after the sampler has finished. The same estimators
+here, written once over arrays ``(chains, draws, D)``:
+
+* ranks for all coordinates in one sort, the normal scores of Blom (1958);
+* autocovariances of every chain and coordinate in one FFT;
+* Geyer's initial positive sequence (its stopping pair found with one ``argmax``) and
+  initial monotone sequence (a cumulative minimum over pair sums), vectorized.
+
+Cost ``O(chains x draws x D log draws)``. Every function matches ArviZ 1.x to ``1e-6``
+relative (``tests/test_convergence.py``: random draws, AR(1) chains with ``rho`` up to
+0.999, constant and NaN coordinates, one chain, 4 draws), including its conventions: a
+coordinate with a NaN gives NaN, fewer than 4 draws (or, for R-hat, 2 chains) give NaN, a
+constant coordinate has ESS equal to its number of draws. ArviZ remains the export and
+plotting path (:func:`fisher_mala.diagnostics.to_arviz`).
+"""
+
+import numpy as np
+
+__all__ = [
+    "split_chains",
+    "average_ranks",
+    "z_scale",
+    "autocovariance",
+    "rhat",
+    "ess",
+    "ess_bulk",
+    "ess_tail",
+    "ess_mean",
+    "mcse_mean",
+    "per_chain_ess_mean",
+    "rhat_and_ess",
+]
+
+#: Blom's (1958) fractional offset of the normal scores of ranks.
+BLOM_OFFSET = 3 / 8
+
+
+def _invalid(x: np.ndarray, min_chains: int) -> np.ndarray:
+    """``(D,)``: coordinates ArviZ declines (a NaN; too few chains or draws)."""
+    num_chains, num_draws = x.shape[:2]
+    nan = np.isnan(x).any(axis=(0, 1))
+    return nan | (num_chains < min_chains) | (num_draws < 4)
+
+
+def split_chains(x: np.ndarray) -> np.ndarray:
+    """``(2 C, N // 2, D)``: each chain's first and last halves as chains (the middle draw
+    of an odd ``N`` left out)."""
+    half = x.shape[1] // 2
+    return np.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
+
+
+def average_ranks(rows: np.ndarray) -> np.ndarray:
+    """1-based ranks along the last axis, ties given their average rank (as
+    ``scipy.stats.rankdata(method="average")``), from one sort of every row."""
+    order = np.argsort(rows, axis=-1)  # ties get their average rank: any order will do
+    ordered = np.take_along_axis(rows, order, axis=-1)
+    size = rows.shape[-1]
+    index = np.broadcast_to(np.arange(size), rows.shape)
+    differs = ordered[..., 1:] != ordered[..., :-1]
+    starts_run = np.concatenate([np.ones((*rows.shape[:-1], 1), bool), differs], axis=-1)
+    ends_run = np.concatenate([differs, np.ones((*rows.shape[:-1], 1), bool)], axis=-1)
+    start = np.maximum.accumulate(np.where(starts_run, index, 0), axis=-1)
+    end = np.minimum.accumulate(np.where(ends_run, index, size)[..., ::-1], axis=-1)[..., ::-1]
+    ranks = np.empty(rows.shape, np.float64)
+    np.put_along_axis(ranks, order, (start + end) / 2.0 + 1.0, axis=-1)
+    return ranks
+
+
+def z_scale(x: np.ndarray) -> np.ndarray:
+    """Normal scores of the ranks of each coordinate over all chains and draws."""
+    from scipy.special import ndtri  # scipy comes with ArviZ; imported when first needed
+
+    rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]).T)  # (D, C N)
+    size = rows.shape[-1]
+    scores = ndtri((average_ranks(rows) - BLOM_OFFSET) / (size - 2 * BLOM_OFFSET + 1))
+    return scores.T.reshape(x.shape)
+
+
+def autocovariance(x: np.ndarray) -> np.ndarray:
+    """``(C, N, D)``: each chain's autocovariance at every lag, ``1/N`` normalized (FFT)."""
+    from scipy.fft import next_fast_len
+
+    n = x.shape[1]
+    size = next_fast_len(2 * n)
+    series = np.ascontiguousarray(np.moveaxis(x, 1, -1))  # (C, D, N): contiguous FFTs
+    centred = series - series.mean(axis=-1, keepdims=True)
+    spectrum = np.fft.rfft(centred, n=size, axis=-1)
+    power = (spectrum.real**2 + spectrum.imag**2).astype(np.complex128)
+    acov = np.fft.irfft(power, n=size, axis=-1)[..., :n] / n
+    return np.moveaxis(acov, -1, 1)
+
+
+def _rhat_basic(x: np.ndarray) -> np.ndarray:
+    num_draws = x.shape[1]
+    between = num_draws * np.var(x.mean(axis=1), axis=0, ddof=1)
+    within = np.mean(np.var(x, axis=1, ddof=1), axis=0)
+    return np.sqrt((between / within + num_draws - 1) / num_draws)
+
+
+def rhat(x: np.ndarray) -> np.ndarray:
+    """Rank-normalized split R-hat: the larger of the bulk and the folded (tail) values."""
+    x = np.asarray(x, np.float64)
+    bad = _invalid(x, min_chains=2)
+    split = split_chains(x)
+    folded = np.abs(split - np.median(split, axis=(0, 1)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.maximum(_rhat_basic(z_scale(split)), _rhat_basic(z_scale(folded)))
+    return np.where(bad, np.nan, value)
+
+
+def ess(x: np.ndarray, relative: bool = False) -> np.ndarray:
+    """Geyer's ESS of ``(C, N, D)`` draws as they are (ArviZ's ``_ess``), per coordinate.
+
+    The autocorrelations are combined over chains as in Stan; the sum stops at the first
+    pair ``rho_{2k} + rho_{2k+1}`` that is not positive (initial positive sequence), the
+    pair sums before it are made non-increasing (initial monotone sequence), and the last
+    even lag is kept when positive.
+    """
+    x = np.asarray(x, np.float64)
+    num_chains, n, _ = x.shape
+    if n < 2:
+        return np.full(x.shape[-1], np.nan)
+    total = num_chains * n
+    constant = (x.max(axis=(0, 1)) - x.min(axis=(0, 1))) < np.finfo(float).resolution
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acov = autocovariance(x)
+        mean_var = acov[:, 0].mean(axis=0) * n / (n - 1.0)
+        var_plus = mean_var * (n - 1.0) / n
+        if num_chains > 1:
+            var_plus = var_plus + np.var(x.mean(axis=1), axis=0, ddof=1)
+        rho = 1.0 - (mean_var - acov.mean(axis=0)) / var_plus  # (N, D)
+    rho[0] = 1.0
+    num_pairs = n // 2
+    pairs = rho[0 : 2 * num_pairs : 2] + rho[1 : 2 * num_pairs : 2]  # (K, D), pair 0 first
+    # Pair k >= 1 is looked at while 2k - 1 < n - 3 and every earlier pair sum is positive.
+    limit = int(np.sum(2 * np.arange(1, num_pairs) - 1 < n - 3))
+    stop = np.full(x.shape[-1], limit)
+    if limit:
+        positive = pairs[1 : limit + 1] > 0
+        first = np.argmax(~positive, axis=0) + 1
+        stop = np.where((~positive).any(axis=0), first, limit)
+    last = np.where(pairs[0] > 0, stop, 0)  # the last pair looked at
+    kept_last = (last >= 1) & (np.take_along_axis(pairs, last[None], 0)[0] >= 0)
+    even = np.where(last >= 1, np.take_along_axis(rho, 2 * last[None], 0)[0], 1.0)
+    tail = np.where(last == 0, 1.0, np.where((even > 0) | kept_last, even, 0.0))
+    monotone = np.minimum.accumulate(pairs, axis=0)
+    used = np.arange(num_pairs)[:, None] < last[None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        tau = -1.0 + 2.0 * np.sum(np.where(used, monotone, 0.0), axis=0) + tail
+        tau = np.maximum(tau, 1.0 / np.log10(total))
+        value = (1.0 if relative else total) / tau
+    looked = np.arange(n)[:, None] <= 2 * last[None] + 1
+    nan = np.isnan(np.where(looked, rho, 0.0)).any(axis=0) | np.isnan(tau)
+    value = np.where(nan, np.nan, value)
+    return np.where(constant, 1.0 if relative else float(total), value)
+
+
+def ess_bulk(x: np.ndarray, relative: bool = False) -> np.ndarray:
+    """Bulk ESS: Geyer's ESS of the normal scores of the split chains' ranks."""
+    x = np.asarray(x, np.float64)
+    bad = _invalid(x, min_chains=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = ess(z_scale(split_chains(np.where(bad, 0.0, x))), relative)
+    return np.where(bad, np.nan, value)
+
+
+def ess_tail(x: np.ndarray, prob=(0.05, 0.95), relative: bool = False) -> np.ndarray:
+    """Tail ESS: the smaller ESS of the indicators ``x <= q`` at the two quantiles."""
+    x = np.asarray(x, np.float64)
+    bad = _invalid(x, min_chains=1)
+    x = np.where(bad, 0.0, x)
+    low, high = np.quantile(x, sorted(prob), axis=(0, 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.minimum(
+            ess(split_chains((x <= low).astype(np.float64)), relative),
+            ess(split_chains((x <= high).astype(np.float64)), relative),
+        )
+    return np.where(bad, np.nan, value)
+
+
+def ess_mean(x: np.ndarray, relative: bool = False) -> np.ndarray:
+    """ESS of the mean: Geyer's ESS of the split chains (no rank normalization)."""
+    x = np.asarray(x, np.float64)
+    bad = _invalid(x, min_chains=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = ess(split_chains(np.where(bad, 0.0, x)), relative)
+    return np.where(bad, np.nan, value)
+
+
+def mcse_mean(x: np.ndarray) -> np.ndarray:
+    """Monte Carlo standard error of the mean: ``sd / sqrt(ESS_mean)``."""
+    x = np.asarray(x, np.float64)
+    flat = x.reshape(-1, x.shape[-1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.std(flat, axis=0, ddof=1) / np.sqrt(ess_mean(x))
+
+
+def per_chain_ess_mean(x: np.ndarray) -> np.ndarray:
+    """``(C, D)``: each chain's ESS of the mean, alone (its two halves as two chains)."""
+    x = np.asarray(x, np.float64)
+    return np.stack([ess_mean(x[c : c + 1]) for c in range(x.shape[0])])
+
+
+def rhat_and_ess(x: np.ndarray, prob=(0.05, 0.95)):
+    """``(rhat, bulk, tail)`` per coordinate, sharing the work between them (one rank
+    normalization of the split chains serves R-hat's bulk part and the bulk ESS).
+
+    R-hat is NaN with one chain, as ArviZ's.
+    """
+    x = np.asarray(x, np.float64)
+    num_chains = x.shape[0]
+    bad = _invalid(x, min_chains=1)
+    clean = np.where(bad, 0.0, x)
+    split = split_chains(clean)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = z_scale(split)
+        bulk = ess(z)
+        if num_chains >= 2:
+            folded = np.abs(split - np.median(split, axis=(0, 1)))
+            rhat_value = np.maximum(_rhat_basic(z), _rhat_basic(z_scale(folded)))
+        else:
+            rhat_value = np.full(x.shape[-1], np.nan)
+        low, high = np.quantile(clean, sorted(prob), axis=(0, 1))
+        tail = np.minimum(
+            ess(split_chains((clean <= low).astype(np.float64))),
+            ess(split_chains((clean <= high).astype(np.float64))),
+        )
+    nan = np.full(x.shape[-1], np.nan)
+    return np.where(bad, nan, rhat_value), np.where(bad, nan, bulk), np.where(bad, nan, tail)

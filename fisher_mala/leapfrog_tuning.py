@@ -1,0 +1,245 @@
+"""The step-size phase of Fisher NUTS / HMC: dual averaging of the leapfrog step (layer 4).
+
+After the Fisher phase, ``R`` frozen (or, with ``score_prior_weight``, learning on from
+the scores at NUTS's draws), NUTS or HMC in whitened coordinates with the leapfrog step
+tuned by dual averaging (Hoffman and Gelman, 2014; BlackJAX's implementation,
+:func:`fisher_mala.adaptations.dual_averaging.dual_averaging`). It starts from
+FisherMALA's normalized step: one leapfrog step of size ``epsilon`` is MALA with
+``sigma_R^2 = epsilon^2``. At its end ``R`` is rescaled so that the whitened target has
+unit scale (:func:`normalize`).
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fisher_mala.adaptations.base import Adaptation
+from fisher_mala.progress import scan_with_progress
+from fisher_mala.pytree import ravel
+from fisher_mala.schedule import WarmupInfo, WarmupParameters
+from fisher_mala.sqrt_precond import rank_one_update, whitened_product
+from fisher_mala.whitened_hmc import (
+    TRAJECTORY_LENGTH,
+    DiagonalSqrt,
+    FisherHMCState,
+    whiten_gradient,
+)
+
+__all__ = [
+    "LeapfrogTuning",
+    "tuning_stage",
+    "tune_step_size",
+    "initial_leapfrog_step",
+    "normalize",
+    "hand_over",
+    "scale_sqrt",
+    "merge_info",
+]
+
+
+class LeapfrogTuning(NamedTuple):
+    """What the step-size phase runs.
+
+    Attributes
+    ----------
+    kernel
+        The whitened NUTS / HMC kernel (:func:`fisher_mala.whitened_hmc.build_kernel`).
+    logdensity_fn
+        ``position -> log pi(position)``.
+    algorithm
+        ``"nuts"`` or ``"hmc"``.
+    dual_averaging
+        The step-size adaptation (:func:`fisher_mala.adaptations.dual_averaging`).
+    max_num_doublings, num_integration_steps
+        As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
+    score_prior_weight
+        ``None``, or ``n0``: ``R`` keeps learning in the second half of the phase
+        (:class:`~fisher_mala.whitened_warmup.FisherHMCWarmup`).
+    """
+
+    kernel: Callable
+    logdensity_fn: Callable
+    algorithm: str
+    dual_averaging: Adaptation
+    max_num_doublings: int
+    num_integration_steps: Any
+    score_prior_weight: Any
+
+
+def tune_step_size(tuning, rng_key, state, initial_step, num_steps, offset, progress):
+    """Dual averaging of the leapfrog step for one chain (and, optionally, more learning).
+
+    Returns the state, the tuned step, the per-iteration info and the mean of
+    ``|R^T g|^2`` over the last visited states, which gives the scale of the whitened
+    target (:func:`normalize`).
+    """
+    da_init, _, da_final = tuning.dual_averaging
+    da = da_init(initial_step)
+    if tuning.score_prior_weight is None or num_steps < 2:
+        state, da, info, mean_sq = _dual_averaging(
+            tuning, rng_key, state, da, num_steps, offset, progress, None
+        )
+    else:
+        first = num_steps // 2
+        key_first, key_second = jax.random.split(rng_key)
+        state, da, info_first, mean_sq = _dual_averaging(
+            tuning, key_first, state, da, first, offset, progress, None
+        )
+        state, k = normalize(state, mean_sq)
+        shift = jnp.log(k).astype(da.log_step_size.dtype)
+        da = da._replace(
+            log_step_size=da.log_step_size - shift,
+            log_step_size_avg=da.log_step_size_avg - shift,
+            mu=da.mu - shift,
+        )
+        prior = tuning.score_prior_weight * state.whitened_grad.shape[-1]
+        state, da, info_second, mean_sq = _dual_averaging(
+            tuning, key_second, state, da, num_steps - first, offset + first, progress, prior
+        )
+        info = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info_first, info_second)
+    step = da_final(da) if num_steps else initial_step
+    return state, jnp.asarray(step, initial_step.dtype), info, mean_sq
+
+
+def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, prior_weight):
+    """``num_steps`` NUTS / HMC transitions with dual averaging of the leapfrog step.
+
+    HMC's number of leapfrog steps follows the running estimate of the whitened
+    target's scale, so that its trajectories last ``TRAJECTORY_LENGTH`` in units of the
+    target's spread. With ``prior_weight``, ``R`` also absorbs the score at every draw
+    (``score_prior_weight``).
+    """
+    _, da_update, _ = tuning.dual_averaging
+    dim = state.whitened_grad.shape[-1]
+    dtype = state.whitened_grad.dtype
+
+    def learn(state, k):
+        # A_k^{-1} = (1 - gamma) A_{k-1}^{-1} + gamma s s^T, gamma = 1 / (prior + k)
+        gamma = (1.0 / (prior_weight + k)).astype(dtype)
+        made = rank_one_update(
+            state.sqrt_precond,
+            jnp.zeros((), dtype),  # the trace is not used by NUTS
+            state.whitened_grad,
+            1.0 / jnp.sqrt(1.0 - gamma),
+            (1.0 - gamma) / gamma,
+        )
+        return state._replace(
+            sqrt_precond=made.sqrt_precond,
+            whitened_grad=whitened_product(made, state.whitened_grad),
+        )
+
+    def body(carry, iteration):
+        state, da, sum_sq, count = carry
+        step = jnp.exp(da.log_step_size).astype(dtype)
+        steps = tuning.num_integration_steps
+        if steps is None and tuning.algorithm == "hmc":
+            length = TRAJECTORY_LENGTH * jnp.sqrt(dim * count / sum_sq)
+            steps = jnp.clip(jnp.ceil(length / step), 1, 2**tuning.max_num_doublings)
+            steps = steps.astype(jnp.int32)
+        key = jax.random.fold_in(rng_key, iteration)
+        state, info = tuning.kernel(
+            key, state, tuning.logdensity_fn, step, steps, tuning.max_num_doublings
+        )
+        sum_sq = sum_sq + jnp.sum(state.whitened_grad**2)
+        if prior_weight is not None:
+            state = learn(state, count)
+        return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
+
+    start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
+    (state, da, sum_sq, count), info = scan_with_progress(body, start, num_steps, offset, progress)
+    return state, da, info, sum_sq / count
+
+
+def initial_leapfrog_step(fstate, dim):
+    # MALA with normalized step sigma_R^2 is one leapfrog step of size sqrt(sigma_R^2)
+    return jnp.sqrt(fstate.step_size * dim / fstate.trace_precond)
+
+
+def normalize(state, mean_sq_grad):
+    """Rescale ``R`` so that the whitened target has unit scale.
+
+    For a target with covariance ``c I`` in whitened coordinates,
+    ``E |grad_u log pi|^2 = d / c`` (Fisher's identity), so ``R <- sqrt(c) R`` makes
+    ``A = R R^T`` an estimate of the covariance itself rather than of the
+    un-normalized Eq. (11) matrix. Returns the state (its whitened gradient multiplied by
+    ``k = sqrt(c)`` too) and ``k``; the caller divides the leapfrog step by ``k``, so the
+    chain is unchanged.
+    """
+    dim = state.whitened_grad.shape[-1]
+    k = jnp.sqrt(dim / mean_sq_grad)
+    state = state._replace(
+        sqrt_precond=scale_sqrt(state.sqrt_precond, k),
+        whitened_grad=state.whitened_grad * k[..., None],
+    )
+    return state, k
+
+
+def merge_info(finfo, info, step, sqrt_precond):
+    merged = WarmupInfo(
+        acceptance_rate=jnp.concatenate([finfo.acceptance_rate, info.acceptance_rate], -1),
+        is_accepted=jnp.concatenate([finfo.is_accepted, info.is_accepted], -1),
+        proposal_is_finite=jnp.concatenate([finfo.proposal_is_finite, info.proposal_is_finite], -1),
+        initial_step_size=finfo.initial_step_size,
+        num_grad_evals=finfo.num_grad_evals + jnp.sum(info.num_integration_steps, -1),
+        trace=finfo.trace,
+    )
+    return WarmupParameters(step, sqrt_precond), merged
+
+
+def hand_over(fstate, metric: str, flat_grad) -> FisherHMCState:
+    """The NUTS / HMC state at the end of the Fisher phase, with a dense or diagonal ``R``.
+
+    The diagonal ``R`` keeps ``A``'s diagonal: ``scale_i = ||R_i||`` (row norms), so the
+    trace and hence FisherMALA's normalized step carry over unchanged.
+    """
+    r = fstate.sqrt_precond
+    if metric == "diagonal":
+        sqrt = DiagonalSqrt(jnp.sqrt(jnp.sum(r**2, axis=-1)))
+        return FisherHMCState(
+            fstate.position, fstate.logdensity, whiten_gradient(flat_grad, sqrt), sqrt
+        )
+    return FisherHMCState(fstate.position, fstate.logdensity, fstate.whitened_grad, r)
+
+
+def scale_sqrt(sqrt_precond, k):
+    """``k R`` with ``k`` one number per leading index (per chain)."""
+    if isinstance(sqrt_precond, DiagonalSqrt):
+        return DiagonalSqrt(sqrt_precond.scale * k[..., None])
+    return sqrt_precond * k[..., None, None]
+
+
+def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, pooled):
+    """The step-size phase after the Fisher phase: ``((state, parameters), info)``.
+
+    One chain, or (``pooled``) every chain after the pooled Fisher phase, each with its
+    own leapfrog step and the shared ``R``, rescaled by the chains' mean whitened scale.
+    ``info`` is the Fisher phase's followed by the step-size phase's.
+    """
+    (fstate, _), finfo = fisher_out
+    num_fisher = finfo.acceptance_rate.shape[-1]
+    dim = fstate.whitened_grad.shape[-1]
+    initial = initial_leapfrog_step(fstate, dim)
+
+    def tune(key, state):
+        return tune_step_size(tuning, key, state, initial, num_steps, num_fisher, progress)
+
+    if not pooled:
+        state = hand_over(fstate, metric, ravel(fstate.logdensity_grad))
+        state, step, info, mean_sq = tune(rng_key, state)
+        state, k = normalize(state, mean_sq)
+        params, merged = merge_info(finfo, info, step / k, state.sqrt_precond)
+        return (state, params), merged
+    num_chains = fstate.whitened_grad.shape[0]
+    shared = hand_over(fstate, metric, jax.vmap(ravel)(fstate.logdensity_grad))
+    states = shared._replace(
+        sqrt_precond=jax.tree.map(
+            lambda a: jnp.broadcast_to(a, (num_chains, *a.shape)), shared.sqrt_precond
+        )
+    )
+    states, steps, info, mean_sq = jax.vmap(tune)(jax.random.split(rng_key, num_chains), states)
+    pooled_mean_sq = jnp.broadcast_to(jnp.mean(mean_sq), mean_sq.shape)  # one R for all
+    states, k = normalize(states, pooled_mean_sq)
+    params, merged = merge_info(finfo, info, steps / k, scale_sqrt(shared.sqrt_precond, k[0]))
+    return (states, params), merged
