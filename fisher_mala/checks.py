@@ -27,7 +27,15 @@ The checks and their thresholds:
   threshold in the sampling phase; as in Stan, a single one means the trajectories meet
   curvature the step size cannot follow (a neck), and the draws may be biased there;
 * ``stuck`` and ``step_size_at_bound``: no proposal accepted in the sampling phase, or an
-  adapted step size at the clipping bound of its dtype (:func:`faults`).
+  adapted step size at the clipping bound of its dtype (:func:`faults`);
+* ``nonfinite``: more than 1% of the sampling phase's proposals had a NaN or infinite log
+  density or gradient. Each is rejected, so a region where the gradient (or the density)
+  is not finite but the target has mass is never entered, and the draws miss it
+  silently: N(0, I) with a NaN gradient for ``x0 > 1`` gave ``P(x0 > 1) = 0`` instead of
+  0.159 with 22% of proposals non-finite. The finding names where the region is: the
+  coordinates of the failing proposals' mean position (MALA-type kernels report their
+  proposals; for others, the chains' positions when proposals failed) farthest, in
+  posterior standard deviations, from the posterior mean.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ __all__ = [
     "STREAK_ALPHA",
     "STREAK_MIN_SHARE",
     "STREAK_MIN_LENGTH",
+    "NONFINITE_MAX_SHARE",
     "longest_rejection_streaks",
     "SamplingWarning",
     "Finding",
@@ -68,6 +77,10 @@ DISAGREEMENT_ALPHA = 0.01  # family-wise false-alarm rate of the chain-disagreem
 STREAK_ALPHA = 1e-6  # probability of the longest rejection streak under steady acceptance
 STREAK_MIN_SHARE = 0.02  # ... and the share of a chain's draws that the streak holds
 STREAK_MIN_LENGTH = 100  # ... and its length (healthy heavy tails: up to 91 measured)
+NONFINITE_MAX_SHARE = 0.01  # share of sampling-phase proposals that may be non-finite
+#: The checks work on blocks of coordinates whose working memory stays under half the
+#: draws' bytes, or this floor (small runs in one block).
+WORKING_MEMORY_FLOOR = 64 << 20
 _MAX_LISTED = 5
 
 
@@ -126,7 +139,8 @@ class Diagnosis:
 
 
 def coordinate_names(samples) -> tuple[list[str], np.ndarray]:
-    """``(names, draws)``: a name per coordinate and the draws as ``(chains, draws, D)``.
+    """``(names, draws)``: a name per coordinate and the draws as ``(chains, draws, D)``
+    (in their floating-point type: the checks convert blocks of coordinates to float64).
 
     Leaves of a dict or other pytree are named by their key path; a single array is ``x``.
     """
@@ -134,7 +148,9 @@ def coordinate_names(samples) -> tuple[list[str], np.ndarray]:
     paths = jax.tree_util.tree_flatten_with_path(samples)[0]
     names, columns = [], []
     for i, (path, leaf) in enumerate(paths):
-        leaf = np.asarray(leaf, np.float64)
+        leaf = np.asarray(leaf)
+        if not np.issubdtype(leaf.dtype, np.floating):
+            leaf = leaf.astype(np.float64)
         base = jax.tree_util.keystr(path).strip("[]'.") or (f"x{i}" if len(paths) > 1 else "x")
         shape = leaf.shape[2:]
         columns.append(leaf.reshape(*leaf.shape[:2], -1))
@@ -142,6 +158,8 @@ def coordinate_names(samples) -> tuple[list[str], np.ndarray]:
             names.append(base)
         else:
             names += [f"{base}[{', '.join(map(str, idx))}]" for idx in np.ndindex(*shape)]
+    if len(columns) == 1:
+        return names, columns[0]  # no copy (a memory map stays one)
     return names, np.concatenate(columns, axis=-1)
 
 
@@ -206,14 +224,14 @@ def _centre_of_others(means, var_of_mean):
     return centre, var
 
 
-def _check_disagreement(names, x, alpha):
+def _check_disagreement(names, x, alpha, budget):
     num_chains, _, dim = x.shape
     if num_chains < 2:
         return None
-    means = x.mean(axis=1)  # (C, D)
+    means = x.mean(axis=1, dtype=np.float64)  # (C, D)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ess = convergence.per_chain_ess_mean(x)
-        var_of_mean = x.var(axis=1) / ess  # squared MCSE, (C, D)
+        ess = convergence.by_coordinate_blocks(convergence.per_chain_ess_mean, x, budget)
+        var_of_mean = x.var(axis=1, dtype=np.float64) / ess  # squared MCSE, (C, D)
         others, others_var = _centre_of_others(means, var_of_mean)
         z = (means - others) / np.sqrt(var_of_mean + others_var)
     bound = NormalDist().inv_cdf(1.0 - alpha / (2 * num_chains * dim))
@@ -282,7 +300,7 @@ def longest_rejection_streaks(is_accepted) -> tuple[np.ndarray, np.ndarray]:
 def _check_streaks(names, x, is_accepted, alpha, min_share):
     num_chains, num_draws, _ = x.shape
     flat = x.reshape(-1, x.shape[-1])
-    centre, scale = flat.mean(0), flat.std(0)
+    centre, scale = flat.mean(0, dtype=np.float64), flat.std(0, dtype=np.float64)
     lengths, starts = longest_rejection_streaks(is_accepted)
     hits = []
     for c in range(num_chains):
@@ -358,6 +376,41 @@ def faults(result) -> dict[str, np.ndarray]:
     }
 
 
+def _check_nonfinite(names, x, finite, proposals):
+    """The ``nonfinite`` check (module docstring): where the failing proposals were (their
+    mean position, when the kernel reports proposals; else the chains' positions then)."""
+    failed = ~np.asarray(finite, bool)
+    share = failed.mean()
+    if share <= NONFINITE_MAX_SHARE:
+        return None
+    flat = x.reshape(-1, x.shape[-1])
+    centre, scale = np.nanmean(flat, 0, dtype=np.float64), np.nanstd(flat, 0, dtype=np.float64)
+    if proposals is not None and np.shape(proposals["mean"])[-1] == x.shape[-1]:
+        count = np.asarray(proposals["count"], np.float64)
+        mean = np.nansum(np.asarray(proposals["mean"]) * count[:, None], 0) / count.sum()
+        seen = "The failing proposals were at"
+    else:
+        mean = np.nanmean(x[failed], axis=0)
+        seen = "The chains were at"
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (mean - centre) / scale
+    z = np.where(np.isfinite(z), z, 0.0)
+    far = np.argsort(-np.abs(z))[:3]
+    where = [(names[i], float(mean[i]), float(z[i])) for i in far]
+    return Finding(
+        "nonfinite",
+        f"{share:.1%} of the sampling phase's proposals had a NaN or infinite log density "
+        f"or gradient ({int(failed.sum())} of {failed.size}; by chain: "
+        f"{failed.sum(axis=-1).tolist()}). They are rejected, so a region where the target "
+        "has mass but its gradient or density is not finite is never entered and the draws "
+        f"miss it. {seen} "
+        + ", ".join(f"{n} = {v:.3g} ({z:+.1f} sd)" for n, v, z in where)
+        + ": check the log density there (e.g. a sqrt or log of a quantity that can be "
+        "negative, or a jnp.where whose untaken branch is NaN).",
+        {"share": share, "counts": failed.sum(axis=-1), "where": where},
+    )
+
+
 def _check_faults(result):
     report = faults(result)
     found = []
@@ -412,16 +465,17 @@ def diagnose(
     """
     names, x = coordinate_names(result)
     num_chains = x.shape[0]
+    budget = max(x.nbytes // 2, WORKING_MEMORY_FLOOR)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        rhat, bulk, tail = convergence.rhat_and_ess(x)
+        rhat, bulk, tail = convergence.by_coordinate_blocks(convergence.rhat_and_ess, x, budget)
         stats = result.sample_stats
         rates = np.asarray(stats["acceptance_rate"], np.float64).mean(axis=-1)
         streaks = None
         findings = [
             _check_rhat(names, rhat, max_rhat),
             _check_ess(names, bulk, tail, num_chains, min_ess_per_chain),
-            _check_disagreement(names, x, disagreement_alpha),
+            _check_disagreement(names, x, disagreement_alpha, budget),
             _check_acceptance(
                 rates, getattr(result, "target_acceptance", None), acceptance_tolerance
             ),
@@ -435,6 +489,9 @@ def diagnose(
             streaks = longest_rejection_streaks(stats["is_accepted"])[0]
     if getattr(result, "tuned", True):
         findings += _check_faults(result)
+    if "proposal_is_finite" in stats:
+        proposals = getattr(result, "nonfinite_proposals", None)
+        findings.append(_check_nonfinite(names, x, stats["proposal_is_finite"], proposals))
     return Diagnosis(
         names, rhat, bulk, tail, rates, streaks, [f for f in findings if f is not None]
     )

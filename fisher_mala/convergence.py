@@ -34,6 +34,8 @@ __all__ = [
     "mcse_mean",
     "per_chain_ess_mean",
     "rhat_and_ess",
+    "coordinate_blocks",
+    "by_coordinate_blocks",
 ]
 
 #: Blom's (1958) fractional offset of the normal scores of ranks.
@@ -232,3 +234,25 @@ def rhat_and_ess(x: np.ndarray, prob=(0.05, 0.95)):
         )
     nan = np.full(x.shape[-1], np.nan)
     return np.where(bad, nan, rhat_value), np.where(bad, nan, bulk), np.where(bad, nan, tail)
+
+
+#: Bytes of working memory per draw and coordinate of :func:`rhat_and_ess` (float64 copies,
+#: ranks, normal scores, the FFT's padded complex spectra).
+WORKING_BYTES_PER_VALUE = 96
+
+
+def coordinate_blocks(x: np.ndarray, budget_bytes: int):
+    """Slices of the last axis of ``x`` whose diagnostics fit in ``budget_bytes`` of
+    working memory (at least one coordinate each)."""
+    per_coordinate = WORKING_BYTES_PER_VALUE * x.shape[0] * max(x.shape[1], 1)
+    width = max(1, int(budget_bytes // per_coordinate))
+    return [slice(i, i + width) for i in range(0, x.shape[-1], width)]
+
+
+def by_coordinate_blocks(fn, x: np.ndarray, budget_bytes: int):
+    """``fn(x[..., block])`` over :func:`coordinate_blocks`, outputs joined on their last
+    axis (``fn`` returns an array or a tuple of arrays)."""
+    outs = [fn(x[..., block]) for block in coordinate_blocks(x, budget_bytes)]
+    if isinstance(outs[0], tuple):
+        return tuple(np.concatenate(parts, axis=-1) for parts in zip(*outs, strict=True))
+    return np.concatenate(outs, axis=-1)

@@ -89,6 +89,9 @@ class MALAInfo(NamedTuple):
         ``u_x = R^T g_x`` at the position the step started from.
     proposal_whitened_grad
         ``u_y = R^T g_y`` at the proposal (whatever the M-H outcome).
+    proposal
+        The proposal ``y`` (flat), accepted or not (``fm.sample`` locates the region of
+        non-finite proposals with it).
     """
 
     acceptance_rate: Array
@@ -97,6 +100,7 @@ class MALAInfo(NamedTuple):
     normalized_step_size: Array
     whitened_grad: Array
     proposal_whitened_grad: Array
+    proposal: Array
 
 
 def state_from(
@@ -171,6 +175,7 @@ def build_kernel() -> Callable:
             step,
             state.whitened_grad,
             proposal.whitened_grad,
+            proposal.position,
         )
         return new_state, info
 

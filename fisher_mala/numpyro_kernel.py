@@ -61,7 +61,7 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     if kernel._model is None:
         if init_params is None:
             raise ValueError("`init_params` is needed with `potential_fn`.")
-        return init_params
+        return _checked_init_params(kernel, init_params, init_params)
     params, potential_gen, kernel._postprocess_fn, _ = initialize_model(
         rng_key,
         kernel._model,
@@ -71,7 +71,32 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
         model_kwargs=model_kwargs,
     )
     kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
-    return params[0]
+    if init_params is None:
+        return params[0]
+    return _checked_init_params(kernel, init_params, params[0])
+
+
+def _checked_init_params(kernel, init_params, like):
+    """The user's ``init_params`` (unconstrained, as NumPyro's NUTS takes them), checked:
+    the model's sites and shapes, finite values and a finite log density there."""
+    if jax.tree.structure(init_params) != jax.tree.structure(like) or any(
+        jnp.shape(a) != jnp.shape(b)
+        for a, b in zip(jax.tree.leaves(init_params), jax.tree.leaves(like), strict=True)
+    ):
+        shapes = jax.tree.map(jnp.shape, like)
+        raise ValueError(
+            "`init_params` must give every latent site of the model, unconstrained, with "
+            f"these shapes: {shapes} (as NumPyro's NUTS takes them)."
+        )
+    init_params = jax.tree.map(lambda a, b: jnp.asarray(a, jnp.result_type(b)), init_params, like)
+    if not all(bool(jnp.all(jnp.isfinite(a))) for a in jax.tree.leaves(init_params)):
+        raise ValueError("`init_params` contains NaN or inf.")
+    if not bool(jnp.isfinite(kernel._potential_fn(init_params))):
+        raise ValueError(
+            "The model's log density is not finite at `init_params`: start inside the support "
+            "(the values are unconstrained: a scale of 1 is 0 there)."
+        )
+    return init_params
 
 
 class FisherMALAKernelState(NamedTuple):
@@ -291,6 +316,8 @@ def sample_numpyro(
 
     from fisher_mala.sampling import sample
 
+    if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
+        raise ValueError(f"`num_chains` must be an integer >= 1, got {num_chains!r}.")
     model_kwargs = {} if model_kwargs is None else model_kwargs
     key_init, key_run = jax.random.split(rng_key)
     inits = [

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import checks, registry, validation
+from fisher_mala import checks, registry, run_checkpoint, sinks, validation
 from fisher_mala.base import ArrayTree, SamplingAlgorithm
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.registry import Sampler, register_sampler, samplers
@@ -115,6 +115,10 @@ class SamplingResult:
     tuned
         Whether a warm-up tuned the parameters (``False`` for a custom algorithm's
         burn-in), for the checks of the tuned step size.
+    nonfinite_proposals
+        ``{"mean": (chains, d), "count": (chains,)}``: where the sampling phase's proposals
+        with a non-finite log density or gradient were, on average (flat positions; MALA-type
+        kernels), or ``None``.
     diagnosis
         :func:`fm.diagnose`'s :class:`~fisher_mala.checks.Diagnosis` of the run when
         ``diagnose=True`` (``fm.summary`` reuses it), else ``None``.
@@ -142,6 +146,7 @@ class SamplingResult:
     reports_divergences: bool = False
     tuned: bool = True
     diagnosis: Any = None
+    nonfinite_proposals: Any = None
     coords: dict | None = None
     dims: dict | None = None
 
@@ -187,6 +192,12 @@ def _check_initial_positions(logdensity_fn, initial_positions) -> int:
 def _chain_mesh(num_chains: int, mesh: Mesh | None) -> Mesh | None:
     """The mesh whose ``"chain"`` axis splits the chains, or ``None`` for one device."""
     if mesh is not None:
+        if not isinstance(mesh, Mesh):
+            raise TypeError(
+                f"`mesh` must be a jax.sharding.Mesh with a 'chain' axis, got {mesh!r}; e.g. "
+                "jax.make_mesh((jax.device_count(),), ('chain',)), or leave it out to split "
+                "the chains over all devices."
+            )
         if "chain" not in mesh.axis_names:
             raise ValueError(
                 f"`mesh` needs a 'chain' axis (its axes are {mesh.axis_names}); give it size 1 "
@@ -319,6 +330,53 @@ def _compile_and_run(fn, *args):
     return out, compile_seconds, run_seconds
 
 
+#: The sampling phase runs in compiled blocks whose kept draws take at most this many
+#: bytes on the device (all of them in one block when they fit).
+BLOCK_BYTES = 256 << 20
+#: Bytes of sample statistics per draw and chain (log density, acceptance rate, three
+#: flags, gradient count).
+STAT_BYTES_PER_DRAW = 24
+
+
+def _check_memory(keep, positions, num_chains, num_draws, output, diagnose):
+    """``(draws per block of the sampling phase, bytes of the kept draws)``, after checking
+    that the kept draws fit in the free memory (an error naming the size and the ways out,
+    before the warm-up)."""
+    one = jax.tree.map(lambda x: x[0], positions)
+    if keep is not None:
+        if not callable(keep):
+            raise TypeError(f"`keep` must be a function of the position, got {keep!r}.")
+        try:
+            one = jax.eval_shape(keep, one)
+        except Exception as err:
+            raise ValueError(f"`keep` failed on one chain's position: {err}") from err
+    draw_bytes = sum(
+        int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(one)
+    )
+    per_draw = num_chains * (draw_bytes + STAT_BYTES_PER_DRAW)
+    block = max(1, min(num_draws, BLOCK_BYTES // per_draw))
+    total = sinks.estimate_bytes(num_chains, num_draws, draw_bytes, STAT_BYTES_PER_DRAW)
+    host_need = per_draw * block if output is not None else total * (1.5 if diagnose else 1.0)
+    host, device = sinks.available_bytes()
+    device_need = 2 * per_draw * block
+    short = []
+    if host is not None and host_need > host:
+        short.append(f"{host_need / 1e9:.2f} GB of host memory, {host / 1e9:.2f} GB free")
+    if device is not None and device_need > device:
+        short.append(f"{device_need / 1e9:.2f} GB of device memory, {device / 1e9:.2f} GB free")
+    if short:
+        raise MemoryError(
+            f"The kept draws need {total / 1e9:.2f} GB ({num_chains} chains x {num_draws} "
+            f"draws x ({draw_bytes} bytes of position + {STAT_BYTES_PER_DRAW} of statistics)"
+            f"{'; diagnose=True needs half as much again' if diagnose and output is None else ''}"
+            f"): {'; '.join(short)}. Ways out: `thinning=k` keeps every k-th draw; fewer "
+            "`num_samples`; `keep=lambda x: ...` keeps a function of the position (a few "
+            "coordinates, a prediction); `output='run_dir'` writes the draws to files block "
+            "by block (the host then holds one block); `diagnose=False`."
+        )
+    return block, total
+
+
 class _Plan(NamedTuple):
     """What one call of :func:`sample` runs, resolved from its ``sampler`` argument."""
 
@@ -400,20 +458,31 @@ def _bind(logdensity_fn, data):
     return lambda position: logdensity_fn(position, data)
 
 
-def _draws_of(step, key, state, params, num_draws, thinning, grad_evals_per_step, bar):
-    """Scan ``num_draws`` times ``thinning`` steps; keep every ``thinning``-th state."""
+def _draws_of(step, key, state, params, num_draws, thinning, per_step, bar, start=0, keep=None):
+    """Scan ``num_draws`` times ``thinning`` steps from draw ``start``; keep every
+    ``thinning``-th state (or ``keep(position)`` of it). Also sums the non-finite
+    proposals of every step, where the kernel reports them (``info.proposal``)."""
+    shapes = jax.eval_shape(lambda s: step(jax.random.fold_in(key, 0), s, params)[1], state)
+    proposal_shape = getattr(shapes, "proposal", None)
+    finite_shape = getattr(shapes, "proposal_is_finite", None)
+    tracked = proposal_shape is not None and finite_shape is not None
 
-    def draw(state, i):
-        def inner(state, j):
-            return step(jax.random.fold_in(key, j), state, params)
+    def inner(carry, j):
+        state, failed = carry
+        state, info = step(jax.random.fold_in(key, j), state, params)
+        if tracked:
+            bad = ~info.proposal_is_finite
+            failed = (failed[0] + jnp.where(bad[..., None], info.proposal, 0.0), failed[1] + bad)
+        return (state, failed), info
 
-        state, infos = jax.lax.scan(inner, state, i * thinning + jnp.arange(thinning))
+    def draw(carry, i):
+        carry, infos = jax.lax.scan(inner, carry, i * thinning + jnp.arange(thinning))
+        state = carry[0]
         last = jax.tree.map(lambda x: x[-1], infos)
         yes = jnp.ones(jnp.shape(state.logdensity), bool)
         finite = _info_field(last, "proposal_is_finite", yes)
-        per_step = 1 if grad_evals_per_step is None else grad_evals_per_step
         evals = _info_field(infos, "num_integration_steps", None)
-        evals = thinning * per_step if evals is None else jnp.sum(evals, axis=0)
+        evals = thinning * (per_step or 1) if evals is None else jnp.sum(evals, axis=0)
         stats = {
             "logdensity": state.logdensity,
             "acceptance_rate": _info_field(last, "acceptance_rate", jnp.full(yes.shape, jnp.nan)),
@@ -422,9 +491,17 @@ def _draws_of(step, key, state, params, num_draws, thinning, grad_evals_per_step
             "is_divergent": _info_field(last, "is_divergent", ~finite),
             "num_grad_evals": jnp.broadcast_to(evals, yes.shape).astype(jnp.int32),
         }
-        return state, (state.position, stats)
+        kept = state.position if keep is None else keep(state.position)
+        return carry, (kept, stats)
 
-    return scan_with_progress(draw, state, num_draws, 0, bar)
+    failed = (jnp.zeros(()), jnp.zeros((), jnp.int32))
+    if tracked:
+        failed = (
+            jnp.zeros(proposal_shape.shape, proposal_shape.dtype),
+            jnp.zeros(finite_shape.shape, jnp.int32),
+        )
+    (state, failed), out = scan_with_progress(draw, (state, failed), num_draws, start, bar)
+    return state, out, failed
 
 
 @dataclass
@@ -440,6 +517,11 @@ class _Run:
     chain_method: str
     mesh: Mesh | None
     bars: tuple = (None, None)
+    keep: Callable | None = None
+    block: int | None = None  # draws per compiled block of the sampling phase
+    sink: Any = None
+    checkpoint: Any = None  # a fisher_mala.run_checkpoint.RunCheckpoint
+    failed: Any = None  # (sum of the non-finite proposals, their count), per chain
 
     def warmup(self, data):
         return self.plan.kernels(_bind(self.logdensity_fn, data))[0]
@@ -497,30 +579,58 @@ class _Run:
         out = warmup.staged_run(call, positions, self.num_warmup, on_host)
         return out, sum(compile_seconds), sum(run_seconds)
 
-    def sampling(self, one_state: bool):
-        """The sampling phase's runner: one state for all chains (pooled), or per chain."""
+    def sampling(self, one_state: bool, num: int):
+        """The runner of ``num`` draws from draw ``start``: one state for all chains
+        (pooled), or per chain."""
 
-        def draws(key, state, params, data):
+        def draws(key, state, params, data, start):
             step = self.plan.kernels(_bind(self.logdensity_fn, data))[1]
             return _draws_of(
-                step, key, state, params, self.num_draws, self.thinning,
-                self.grad_evals_per_step, self.bars[1],
+                step, key, state, params, num, self.thinning, self.grad_evals_per_step,
+                self.bars[1], start, self.keep,
             )  # fmt: skip
 
         if one_state:
 
-            def run(keys, state, parameters, data):
-                state, out = draws(jax.random.fold_in(keys[0], 1), state, parameters, data)
-                return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out)
+            def run(keys, state, parameters, data, start):
+                key = jax.random.fold_in(keys[0], 1)
+                state, out, failed = draws(key, state, parameters, data, start)
+                return state, jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), out), failed
 
             return run
 
-        def one(key, state, params, data=None):
-            return draws(jax.random.fold_in(key, 1), state, params, data)
+        def one(key, state, params, start, data=None):
+            return draws(jax.random.fold_in(key, 1), state, params, data, start)
 
-        return lambda keys, states, parameters, data: self.map_chains(
-            one, keys, states, parameters, data=data
-        )
+        def run(keys, states, parameters, data, start):
+            starts = jnp.broadcast_to(start, keys.shape)
+            return self.map_chains(one, keys, states, parameters, starts, data=data)
+
+        return run
+
+    def sample_blocks(self, keys, states, parameters, data, one_state, done=0, after=None):
+        """The sampling phase from draw ``done`` in compiled blocks of :attr:`block` draws,
+        each handed to the sink on the host, then to ``after(states, done, seconds)``;
+        ``(final states, compile seconds, run seconds)``."""
+        compiled, compile_s, seconds_s = {}, 0.0, 0.0
+        while done < self.num_draws:
+            num = min(self.block or self.num_draws, self.num_draws - done)
+            start = jnp.asarray(done, jnp.int32)
+            if num not in compiled:  # at most two executables: the block and the last one
+                runner = self.sampling(one_state, num)
+                compiled[num], c = _compile(runner, keys, states, parameters, data, start)
+                compile_s += c
+            (states, block, failed), r = _run(compiled[num], keys, states, parameters, data, start)
+            seconds_s += r
+            self.sink.append(done, _to_host(block))
+            failed = jax.tree.map(np.asarray, _to_host(failed))
+            self.failed = (
+                failed if self.failed is None else jax.tree.map(np.add, self.failed, failed)
+            )
+            done += num
+            if after is not None:
+                after(states, done, (compile_s, seconds_s))
+        return states, compile_s, seconds_s
 
     def __call__(self, keys, positions, data, user_mesh):
         warmup = self.warmup(data)
@@ -532,19 +642,79 @@ class _Run:
             # mesh, XLA gathers the chains' signals from the devices of the "chain" axis.
             keys, positions = jax.device_put((keys, positions), jax.devices()[0])
         with sqrt_precond_sharding(self.mesh):  # R's rows over a "precond" axis, if any
-            ((states, parameters), info), compile_w, seconds_w = self.warm_up(keys, positions, data)
+            saved = self.checkpoint.load() if self.checkpoint is not None else None
+            done, after = 0, None
+            if saved is None:
+                out = self.warm_up(keys, positions, data)
+                ((states, parameters), info), compile_w, seconds_w = out
+            else:  # resume: the warm-up's outcome and the draws done, as saved
+                states, parameters, info = jax.tree.map(
+                    jnp.asarray, (saved["states"], saved["parameters"], saved["info"])
+                )
+                if not batched:
+                    states = _shard(states, self.mesh)
+                compile_w, seconds_w = saved["timings"][:2]
+                done = saved["done"]
+                draws, self.failed = saved["draws"]
+                self.sink.restore(done, draws)
+            if self.checkpoint is not None:
+                host = _to_host((parameters, info))
+
+                def after(states, done, seconds):
+                    self.checkpoint.save(
+                        states, *host, done, (self.sink.saved_draws(done), self.failed),
+                        (compile_w, seconds_w, *seconds),
+                    )  # fmt: skip
+
+                if saved is None:
+                    after(states, 0, (0.0, 0.0))
             sampling_parameters = parameters
             if batched and per_chain:
                 sampling_parameters = WarmupParameters(parameters.step_size, None)
                 keys, states, sampling_parameters = _shard(
                     (keys, states, sampling_parameters), self.mesh
                 )
-            runner = self.sampling(batched and not per_chain)
-            (final, (samples, stats)), compile_s, seconds_s = _compile_and_run(
-                runner, keys, states, sampling_parameters, data
+            final, compile_s, seconds_s = self.sample_blocks(
+                keys, states, sampling_parameters, data, batched and not per_chain, done, after
             )
-            out = _to_host((parameters, info, final, samples, stats))
+            samples, stats = self.sink.result()
+            parameters, info, final = _to_host((parameters, info, final))
+            out = (parameters, info, final, samples, stats, self.failed)
         return out, (compile_w + compile_s, seconds_w, seconds_s)
+
+
+def _nonfinite_proposals(failed):
+    """Mean position of the non-finite proposals per chain (``None`` if not tracked)."""
+    if failed is None or np.ndim(failed[0]) != 2:
+        return None
+    total, count = (np.asarray(a) for a in failed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"mean": total / count[:, None], "count": count}
+
+
+def _sink(output, num_draws, keep, positions):
+    """Where the draws go: memory, or files under ``output``."""
+    if output is None:
+        return sinks.MemorySink(num_draws)
+    one = jax.tree.map(lambda x: x[0], positions)
+    kept = one if keep is None else jax.eval_shape(keep, one)
+    return sinks.FileSink(output, num_draws, jax.tree.structure(kept))
+
+
+def _saver(path, every, block, total, plan, rng_key, positions, logdensity_fn, **protocol):
+    """``(RunCheckpoint or None, draws per block)``: blocks no longer than ``every``."""
+    if path is None:
+        return None, block
+    if every is not None:
+        block = min(block, max(1, int(every) // protocol["thinning"]))
+    identity = run_checkpoint.fingerprint(
+        plan.name, plan.options, rng_key, positions, logdensity_fn, **protocol
+    )
+    num_chains = jax.tree.leaves(positions)[0].shape[0]
+    state_bytes = num_chains * (_dim(positions) + 64) ** 2 * 8 * 4  # R, caches, infos
+    return run_checkpoint.RunCheckpoint(
+        path, every, identity, 2 * total + state_bytes + (64 << 20)
+    ), block
 
 
 def sample(
@@ -560,6 +730,10 @@ def sample(
     diagnose: bool = True,
     data: ArrayTree | None = None,
     mesh: Mesh | None = None,
+    keep: Callable | None = None,
+    output=None,
+    checkpoint=None,
+    checkpoint_every: int | None = None,
     **options,
 ) -> SamplingResult:
     """Warm up and sample several chains with the paper's protocol.
@@ -617,6 +791,24 @@ def sample(
         share of the chains; its other axes are left to XLA (data, ``R``'s rows). Default:
         the chains split over all devices (every process's under ``jax.distributed``) when
         their number divides the number of chains.
+    keep
+        ``position -> pytree``: keep this function of each draw instead of the whole
+        position (a few coordinates, a prediction); ``samples`` then holds its values and
+        the checks run on them.
+    checkpoint, checkpoint_every
+        A file: the run's state is saved there atomically when the warm-up ends and after
+        every block of the sampling phase (at most ``checkpoint_every`` iterations apart);
+        calling ``fm.sample`` again with the same arguments resumes it and returns draws
+        bit-identical to an uninterrupted run; a checkpoint of another run is refused
+        (:mod:`fisher_mala.run_checkpoint`).
+    output
+        A directory: the sampling phase writes its draws there block by block
+        (memory-mapped ``.npy`` files and ``progress.json``, :mod:`fisher_mala.sinks`), so
+        that the host holds one block at a time; ``samples`` and ``sample_stats`` are then
+        read-only memory maps of the files, and :func:`fisher_mala.sinks.read_output`
+        reads the draws written so far while the run goes on. Before the warm-up starts,
+        ``fm.sample`` checks that the kept draws fit in the free host and device memory
+        and otherwise stops with a ``MemoryError`` that names the size and these ways out.
     **options
         Passed to the sampler's warm-up (e.g. ``damping``, ``signal``,
         ``initial_step_size``, ``num_mala_steps``, ``trace_every``; for Fisher NUTS / HMC
@@ -634,6 +826,9 @@ def sample(
     plan = _plan(sampler, options, data, logdensity_fn)
     validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
     num_chains = _check_initial_positions(_bind(logdensity_fn, data), initial_positions)
+    warmup = plan.kernels(_bind(logdensity_fn, data))[0]
+    if callable(getattr(warmup, "check", None)):  # the options at every warm-up iteration
+        warmup.check(num_warmup, initial_positions)
     keys = jax.random.split(rng_key, num_chains)
     user_mesh, mesh = mesh, _chain_mesh(num_chains, mesh)
     if chain_method == "auto":
@@ -645,9 +840,18 @@ def sample(
     if progress_bar:
         bars = (ProgressBar(num_warmup, "warm-up"), ProgressBar(num_draws, "sampling"))
     per_step = plan.grad_evals_per_step(_dim(initial_positions))
+    block, total = _check_memory(keep, initial_positions, num_chains, num_draws, output, diagnose)
+    sink = _sink(output, num_draws, keep, initial_positions)
+    saver, block = _saver(
+        checkpoint, checkpoint_every, block, total, plan, rng_key, initial_positions,
+        logdensity_fn, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
+        chain_method=chain_method, keep=keep, output=None if output is None else str(output),
+        data=data, jax=jax.__version__,
+    )  # fmt: skip
     run = _Run(
-        plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars
-    )
+        plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars,
+        keep, block, sink, saver,
+    )  # fmt: skip
     try:
         out, (compile_seconds, warmup_seconds, sampling_seconds) = run(
             keys, initial_positions, data, user_mesh
@@ -656,7 +860,7 @@ def sample(
         for bar in bars:
             if bar is not None:
                 bar.close()
-    parameters, warmup_info, final_state, samples, stats = out
+    parameters, warmup_info, final_state, samples, stats, failed = out
     # The recorded draws' counts cover every step (thinned steps included).
     num_grad_evals = np.asarray(warmup_info.num_grad_evals) + np.asarray(
         stats.pop("num_grad_evals")
@@ -667,6 +871,7 @@ def sample(
         compile_seconds, warmup_seconds, sampling_seconds, num_warmup, num_samples, thinning,
         devices=devices, target_acceptance=target, rejects_whole_proposals=plan.spec.metropolis,
         reports_divergences=plan.spec.trajectory, tuned=not plan.custom,
+        nonfinite_proposals=_nonfinite_proposals(failed),
     )  # fmt: skip
     if diagnose:
         result.diagnosis = checks.diagnose(result)

@@ -170,3 +170,27 @@ def check_sqrt_precond(sqrt_precond, dim: int) -> None:
         raise TypeError("`sqrt_precond` must be a real floating-point matrix.")
     if is_concrete(sqrt_precond) and not bool(np.all(np.isfinite(np.asarray(sqrt_precond)))):
         raise ValueError("`sqrt_precond` contains NaN or inf.")
+
+
+def check_schedule(name: str, schedule, first: int, last: int) -> None:
+    """Every value ``schedule(n)``, ``first <= n <= last``, in (0, 1), checked before
+    compiling in one vectorized call (``jax.vmap``, so an optax schedule works)."""
+    if last < first:
+        return
+    steps = np.arange(first, last + 1)
+    try:
+        with jax.ensure_compile_time_eval():
+            values = np.asarray(jax.vmap(schedule)(jnp.asarray(steps)), np.float64)
+    except Exception as err:
+        raise ValueError(
+            f"`{name}` must be None, a float in (0, 1) or a schedule n -> gamma_n (e.g. an "
+            f"optax schedule); calling it on n = {first}..{last} failed: {err}"
+        ) from err
+    values = np.broadcast_to(values, steps.shape)
+    bad = np.flatnonzero(~((values > 0.0) & (values < 1.0)))
+    if bad.size:
+        n, value = int(steps[bad[0]]), float(values[bad[0]])
+        raise ValueError(
+            f"`{name}` gives gamma_{n} = {value} (and {bad.size - 1} more outside (0, 1) for "
+            f"n <= {last}); Appendix B needs every gamma_n in (0, 1) (None means gamma_n = 1/n)."
+        )

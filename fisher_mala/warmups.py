@@ -115,6 +115,14 @@ class Warmup:
         schedule = self.build(num_steps, position)
         return run_schedule(schedule, rng_key, position, progress, stop_after)
 
+    def check(self, num_steps: int, positions) -> None:
+        """Build the schedule of a warm-up of ``num_steps`` eagerly, so that its options
+        are checked at every iteration they will be used before anything is compiled
+        (``positions`` with a leading chain axis)."""
+        position = positions if self.batched else jax.tree.map(lambda x: x[0], positions)
+        with jax.ensure_compile_time_eval():
+            self.build(num_steps, position)
+
     def resume(self, rng_key, carry, num_steps: int, progress=None, num_more: int = 0):
         """``num_more`` more iterations of a :meth:`run` stopped early (``rng_key`` and
         ``num_steps`` those given to :meth:`run`; ``carry`` its ``(state, parameters)``)."""
@@ -291,8 +299,10 @@ def fisher_mala_warmup(
     """
     target, rho = target_acceptance_rate, step_size_learning_rate
     _check_step_size_options(initial_step_size, target, rho)
-    # validates damping, signal and learning_rate eagerly
-    fisher.as_top_level_api(logdensity_fn, 1.0, damping, target, rho, signal, learning_rate)
+    # validates damping and signal eagerly; the schedule at every update it will be used,
+    # when the warm-up's length is known (build)
+    fisher.as_top_level_api(logdensity_fn, 1.0, damping, target, rho, signal)
+    fisher._check_learning_rate(learning_rate, 2)
     _check_counts(num_mala_steps=num_mala_steps)
     _check_trace_every(trace_every)
     num_mala_steps, block = int(num_mala_steps), trace_every or TRACE_REFRESH_EVERY
@@ -315,7 +325,8 @@ def fisher_mala_warmup(
 
     def build(num_steps, position, warn=True):
         num_mala = min(num_mala_steps, num_steps)
-        if warn:
+        if warn:  # the schedule at every update it will make, then its window
+            fisher._check_learning_rate(learning_rate, num_steps - num_mala)
             _warn_if_window_below_dim(learning_rate, position, num_steps - num_mala)
         phases = (
             _mala_phase(logdensity_fn, num_mala, rule, split_key(key_mala, (2, 1))),

@@ -432,6 +432,13 @@ def fisher_adaptation(
     warmup = FisherHMCWarmup(logdensity_fn, kind, **options)
 
     def run(rng_key, position, num_steps: int = 1000):
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer):
+            raise TypeError(f"`num_steps` must be an integer, got {num_steps!r}.")
+        if num_steps < 1:
+            raise ValueError(
+                f"`num_steps` must be >= 1, got {num_steps}: the warm-up needs iterations to "
+                "learn R and the step size (BlackJAX's window_adaptation uses 1000)."
+            )
         (state, params), info = warmup.run(rng_key, position, num_steps)
         r = params.sqrt_precond
         extra = {}

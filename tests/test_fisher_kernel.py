@@ -91,7 +91,7 @@ def test_invariance_check_detects_a_wrong_kernel():
         @staticmethod
         def step(key, state):
             new = ula_step(key, state.position)
-            return state._replace(position=new), MALAInfo(1.0, True, True, 0.4, x0, x0)
+            return state._replace(position=new), MALAInfo(1.0, True, True, 0.4, x0, x0, x0)
 
     positions, _ = _run_chains(Alg, jax.random.key(42))
     assert np.max(np.abs(_z_scores(positions))) > Z_MAX

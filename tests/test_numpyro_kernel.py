@@ -134,3 +134,19 @@ def test_potential_fn_and_bad_input():
     with pytest.raises(ValueError, match="parallel"):
         MCMC(fm.FisherMALAKernel(eight_schools), num_warmup=5, num_samples=5, num_chains=2,
              chain_method="vectorized", progress_bar=False).run(jax.random.key(0), SIGMA, y=Y)
+
+
+def test_init_params_with_a_model_are_honoured_and_checked():
+    """As NumPyro's NUTS: ``init_params`` (unconstrained) is where the chain starts; a NaN
+    or a wrong site gives a clear error."""
+    start = {"mu": np.float32(3.0), "tau": np.float32(0.5), "theta_raw": np.zeros(8, np.float32)}
+    kernel = fm.FisherMALAKernel(eight_schools)
+    state = kernel.init(jax.random.key(0), 10, start, (SIGMA,), {"y": Y})
+    assert float(state.z["mu"]) == 3.0 and float(state.z["tau"]) == 0.5
+    nan = dict(start, mu=np.float32(np.nan))
+    with pytest.raises(ValueError, match="NaN"):
+        fm.FisherMALAKernel(eight_schools).init(jax.random.key(0), 10, nan, (SIGMA,), {"y": Y})
+    with pytest.raises(ValueError, match="every latent site"):
+        fm.FisherMALAKernel(eight_schools).init(
+            jax.random.key(0), 10, {"mu": np.float32(0.0)}, (SIGMA,), {"y": Y}
+        )

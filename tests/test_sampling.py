@@ -240,7 +240,9 @@ def test_arviz_export_works_with_arviz_functions(fisher_result):
     table = az.summary(idata)
     assert len(table) == 4 and "ess_bulk" in table.columns
     bulk = np.asarray(az.ess(idata, method="bulk")["x"])
-    np.testing.assert_allclose(bulk, fm.ess(fisher_result, "bulk", per_chain=False), rtol=1e-8)
+    # fm.ess is vectorized in float64 (fisher_mala.convergence); ArviZ on these float32 draws
+    # agrees to rounding (tests/test_convergence.py: 1e-6 relative on float64 draws)
+    np.testing.assert_allclose(bulk, fm.ess(fisher_result, "bulk", per_chain=False), rtol=1e-6)
     assert set(idata["sample_stats"].data_vars) >= {
         "lp",
         "acceptance_rate",

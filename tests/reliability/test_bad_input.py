@@ -69,6 +69,19 @@ CASES = [
                                         metric_fn=4), "metric_fn"),
     ("bad leapfrog count", lambda: fm.sample(jax.random.key(0), "hmc", ld, jnp.zeros((2, 3)),
                                              num_integration_steps=0), "num_integration_steps"),
+    ("mesh as a string", lambda: fm.sample(jax.random.key(0), "mala", ld, jnp.zeros((2, 3)),
+                                           mesh="chain"), "jax.sharding.Mesh"),
+    ("schedule leaves (0, 1) late", lambda: fm.sample(
+        jax.random.key(0), "fisher_mala", ld, jnp.zeros((2, 3)), num_warmup=2000,
+        num_mala_steps=100, learning_rate=lambda n: jnp.where(n > 1500, 1.5, 0.01)),
+     "gamma_1501"),
+    ("a built-in name registered again", lambda: fm.register_sampler(
+        "mala", fm.Sampler(fm.mala_warmup, lambda ld, **o: None)), "already registered"),
+    ("fisher_adaptation with no steps", lambda: fm.fisher_adaptation(
+        pytest.importorskip("blackjax").nuts, ld).run(jax.random.key(0), jnp.zeros(3), 0),
+     "num_steps"),
+    ("sample_numpyro without chains", lambda: fm.sample_numpyro(
+        jax.random.key(0), lambda: None, num_chains=0), "num_chains"),
 ]
 
 

@@ -37,3 +37,169 @@ def test_loading_into_the_wrong_structure_fails_clearly(tmp_path):
     other = fm.mala(lambda x: -jnp.sum(x**2), 0.1).init(jnp.zeros(2))
     with pytest.raises(ValueError, match="structure"):
         fm.load_state(path, like=other)
+
+
+def _fisher_state(dim, dtype=jnp.float32):
+    return fm.fisher_mala(lambda x: -jnp.sum(x**2), 0.1).init(jnp.zeros(dim, dtype))
+
+
+def test_a_checkpoint_of_another_run_is_refused_clearly(tmp_path, x64):
+    path = fm.save_state(tmp_path / "d7.npz", _fisher_state(7))
+    with pytest.raises(ValueError, match="shape"):
+        fm.load_state(path, like=_fisher_state(4))  # another dimension
+    path = fm.save_state(tmp_path / "f64.npz", _fisher_state(4, jnp.float64))
+    with pytest.raises(ValueError, match="float64"):
+        fm.load_state(path, like=_fisher_state(4, jnp.float32))  # no silent cast
+    state = _fisher_state(4)
+    for broken, match in [
+        (state._replace(sqrt_precond=state.sqrt_precond.at[0, 0].set(jnp.nan)), "NaN"),
+        (state._replace(position=state.position.at[1].set(jnp.inf)), "NaN or inf"),
+        (state._replace(step_size=-state.step_size), "step size"),
+    ]:
+        path = fm.save_state(tmp_path / "broken.npz", broken)
+        with pytest.raises(ValueError, match=match):
+            fm.load_state(path, like=state)
+
+
+def test_a_crafted_file_is_refused_before_it_is_read(tmp_path):
+    like = _fisher_state(4)
+    bomb = tmp_path / "bomb.npz"  # a few hundred kB that would expand to 400 MB
+    np.savez_compressed(bomb, __paths__=np.zeros(1), leaf_0000=np.zeros(50_000_000))
+    assert bomb.stat().st_size < 1_000_000
+    with pytest.raises(ValueError, match="expand"):
+        fm.load_state(bomb, like=like)
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip file at all")
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        fm.load_state(garbage, like=like)
+    pickled = tmp_path / "pickled.npz"  # an object array needs pickle: never loaded
+    paths = np.asarray(fm.checkpoint._paths(like))
+    objects = {f"leaf_{i:04d}": np.array([None], object) for i in range(len(paths))}
+    np.savez(pickled, __paths__=paths, **objects)
+    with pytest.raises(ValueError, match="pickle"):
+        fm.load_state(pickled, like=like)
+
+
+_SAVER = """
+import sys, jax.numpy as jnp, fisher_mala as fm
+state = fm.fisher_mala(lambda x: -jnp.sum(x**2), 0.1).init(jnp.zeros(300))
+print("ready", flush=True)
+for i in range(10**6):
+    fm.save_state(sys.argv[1], state._replace(step_size=jnp.asarray(1.0 + i, jnp.float32)))
+"""
+
+
+@pytest.mark.parametrize("kills", [pytest.param(3), pytest.param(40, marks=pytest.mark.slow)])
+def test_a_save_killed_at_any_moment_leaves_a_readable_checkpoint(tmp_path, kills):
+    """SIGKILL a process that saves in a loop, at random moments: the file on disk is
+    always a whole checkpoint (the previous one or the new one), never a torn one."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "state.npz"
+    like = _fisher_state(300)
+    rng = np.random.default_rng(kills)
+    steps = []
+    for _ in range(kills):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SAVER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if path.exists():
+            steps.append(float(fm.load_state(path, like=like).step_size))
+    assert steps and all(s >= 1.0 for s in steps)
+
+
+def _ld(x):
+    return -0.5 * jnp.sum(x**2 / jnp.arange(1.0, 4.0))
+
+
+def _sample(**kwargs):
+    return fm.sample(jax.random.key(5), "fisher_mala", _ld, jnp.zeros((2, 3)), num_warmup=500,
+                     num_samples=600, diagnose=False, **kwargs)
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+    whole = _sample()
+    path = tmp_path / "run.npz"
+    original = fm.sinks.MemorySink.append
+
+    def crash_after_two_blocks(self, done, block):
+        if done >= 200:
+            raise _Crash
+        original(self, done, block)
+
+    monkeypatch.setattr(fm.sinks.MemorySink, "append", crash_after_two_blocks)
+    with pytest.raises(_Crash):
+        _sample(checkpoint=path, checkpoint_every=100)
+    monkeypatch.setattr(fm.sinks.MemorySink, "append", original)
+    resumed = _sample(checkpoint=path, checkpoint_every=100)
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+    for name, value in whole.sample_stats.items():
+        np.testing.assert_array_equal(resumed.sample_stats[name], value, err_msg=name)
+    for a, b in zip(jax.tree.leaves(resumed.final_state), jax.tree.leaves(whole.final_state),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(resumed.warmup_info.acceptance_rate,
+                                  whole.warmup_info.acceptance_rate)
+    with pytest.raises(ValueError, match=r"another run.*num_samples"):
+        fm.sample(jax.random.key(5), "fisher_mala", _ld, jnp.zeros((2, 3)), num_warmup=500,
+                  num_samples=700, diagnose=False, checkpoint=path)
+
+
+def test_a_streamed_run_resumes_into_its_files(tmp_path, monkeypatch):
+    whole = _sample()
+    original = fm.sinks.FileSink.append
+
+    def crash(self, done, block):
+        if done >= 300:
+            raise _Crash
+        original(self, done, block)
+
+    monkeypatch.setattr(fm.sinks.FileSink, "append", crash)
+    with pytest.raises(_Crash):
+        _sample(checkpoint=tmp_path / "run", checkpoint_every=150, output=tmp_path / "draws")
+    monkeypatch.setattr(fm.sinks.FileSink, "append", original)
+    resumed = _sample(checkpoint=tmp_path / "run", checkpoint_every=150, output=tmp_path / "draws")
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+
+
+_RUN = """
+import sys, jax, jax.numpy as jnp, numpy as np, fisher_mala as fm
+ld = lambda x: -0.5 * jnp.sum(x**2 / jnp.arange(1.0, 4.0))
+print("start", flush=True)
+r = fm.sample(jax.random.key(5), "fisher_mala", ld, jnp.zeros((2, 3)), num_warmup=500,
+              num_samples=3000, diagnose=False, checkpoint=sys.argv[1], checkpoint_every=50)
+np.save(sys.argv[2], np.asarray(r.samples))
+"""
+
+
+@pytest.mark.parametrize("kills", [pytest.param(1), pytest.param(6, marks=pytest.mark.slow)])
+def test_a_run_killed_at_random_moments_resumes_bit_identically(tmp_path, kills):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    reference = fm.sample(jax.random.key(5), "fisher_mala", _ld, jnp.zeros((2, 3)),
+                          num_warmup=500, num_samples=3000, diagnose=False)
+    checkpoint, out = tmp_path / "run.npz", tmp_path / "draws.npy"
+    args = [sys.executable, "-c", _RUN, str(checkpoint), str(out)]
+    rng = np.random.default_rng(kills)
+    for _ in range(kills):
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "start"
+        time.sleep(rng.uniform(1.0, 6.0))  # compile, warm-up or sampling: any moment
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    subprocess.run(args, check=True, timeout=300)
+    np.testing.assert_array_equal(np.load(out), np.asarray(reference.samples))

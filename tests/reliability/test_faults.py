@@ -140,3 +140,26 @@ def test_trace_stays_positive_and_exact_under_huge_signals():
         r, trace = made.sqrt_precond, made.trace_precond
         assert float(trace) > 0
     np.testing.assert_allclose(float(trace), float(jnp.sum(r.astype(jnp.float64) ** 2)), rtol=1e-5)
+
+
+def nan_gradient_beyond_one(x):
+    """N(0, I) whose gradient is NaN for x_0 > 1 (the value stays finite): the region holds
+    15.9% of the mass, and every proposal into it is rejected."""
+    return -0.5 * jnp.sum(x**2) + jnp.where(x[0] > 1.0, 0.0, 0.0 * jnp.sqrt(1.0 - x[0]))
+
+
+def test_a_region_with_a_nan_gradient_is_named_not_silently_missed():
+    with pytest.warns(fm.SamplingWarning, match="nonfinite|NaN or infinite") as record:
+        r = fm.sample(jax.random.key(1), "fisher_mala", nan_gradient_beyond_one,
+                      jnp.zeros((4, 3)), num_warmup=1500, num_samples=1500)
+    finding = fm.diagnose(r)["nonfinite"]
+    assert finding is not None and finding.details["share"] > 0.05
+    name, value, z = finding.details["where"][0]
+    assert name == "x[0]" and value > 1.0 and z > 2.0  # the region x[0] > 1
+    assert "proposals were at x[0] = " in str(record[0].message)
+
+
+def test_a_healthy_run_has_no_nonfinite_finding():
+    r = fm.sample(jax.random.key(2), "fisher_mala", lambda x: -0.5 * jnp.sum(x**2),
+                  jnp.zeros((2, 3)), num_warmup=500, num_samples=500, diagnose=False)
+    assert fm.diagnose(r)["nonfinite"] is None

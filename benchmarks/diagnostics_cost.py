@@ -1,0 +1,118 @@
+"""What the checks cost next to the sampling call they check (issue: diagnostics at the
+sampler's speed).
+
+For each cell: one ``fm.sample`` call with ``diagnose=False`` (timed by the clock, compile
+included), then ``fm.diagnose`` on its result (vectorized, :mod:`fisher_mala.convergence`),
+and the ArviZ 1.x calls it replaces (``az.rhat``, bulk and tail ``az.ess``, and the
+per-chain mean ESS of the chains-disagree check), timed the same way. Cells are cached in
+``benchmarks/results/diagnostics_cost/<cell>.json`` (delete one to rerun it); the table is
+written to ``benchmarks/results/diagnostics_cost.md``, which the reliability page shows.
+
+    python -m benchmarks.diagnostics_cost               # quickstart and mnist56 cells
+    python -m benchmarks.diagnostics_cost --render      # the table only
+"""
+
+import argparse
+import json
+import platform
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "diagnostics_cost"
+TABLE = RESULTS.parent / "diagnostics_cost.md"
+
+#: cell -> (target, sampler, chains, warm-up, draws); the quickstart's protocol, and
+#: mnist56 (d = 785) with FisherMALA for the cost of the checks at a large d.
+CELLS = {
+    "quickstart_mala": ("gp", "mala", 4, 20_000, 20_000),
+    "quickstart_fisher_mala": ("gp", "fisher_mala", 4, 20_000, 20_000),
+    "mnist56_fisher_mala": ("mnist56", "fisher_mala", 4, 2_000, 2_000),
+}
+
+
+def _arviz_seconds(x: np.ndarray) -> float:
+    import arviz as az
+
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        az.rhat(x)
+        az.ess(x, method="bulk")
+        az.ess(x, method="tail", prob=(0.05, 0.95))
+        for c in range(x.shape[0]):
+            az.ess(x[c : c + 1], method="mean")
+    return time.perf_counter() - start
+
+
+def run_cell(name: str) -> dict:
+    import jax
+
+    import fisher_mala as fm
+    from fisher_mala.checks import coordinate_names
+
+    path = RESULTS / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    target_name, sampler, chains, num_warmup, num_samples = CELLS[name]
+    target = fm.targets.get(target_name)
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    x0 = target.initial_positions(key_init, chains)
+    start = time.perf_counter()
+    result = fm.sample(key_run, sampler, target.logdensity_fn, x0, num_warmup=num_warmup,
+                       num_samples=num_samples, diagnose=False)  # fmt: skip
+    sample_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    fm.diagnose(result)
+    diagnose_seconds = time.perf_counter() - start
+    _, x = coordinate_names(result)
+    cell = {
+        "target": target_name,
+        "sampler": sampler,
+        "shape": list(x.shape),
+        "sample_seconds": sample_seconds,
+        "diagnose_seconds": diagnose_seconds,
+        "arviz_seconds": _arviz_seconds(np.asarray(x, np.float64)),
+        "device": str(jax.devices()[0]),
+        "machine": f"{platform.machine()}, {jax.device_count()} device(s)",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cell, indent=1))
+    return cell
+
+
+def render() -> str:
+    rows = [
+        "| cell | draws (chains x draws x d) | `fm.sample` call (s) | `fm.diagnose` (s) | "
+        "diagnose / sample | ArviZ calls it replaces (s) | device |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in CELLS:
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            continue
+        c = json.loads(path.read_text())
+        rows.append(
+            f"| {name} | {' x '.join(map(str, c['shape']))} | {c['sample_seconds']:.1f} | "
+            f"{c['diagnose_seconds']:.2f} | {c['diagnose_seconds'] / c['sample_seconds']:.1%} | "
+            f"{c['arviz_seconds']:.1f} | {c['device']} |"
+        )
+    TABLE.write_text("\n".join(rows) + "\n")
+    return TABLE.read_text()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render", action="store_true", help="write the table only")
+    parser.add_argument("--cells", default=",".join(CELLS))
+    args = parser.parse_args(argv)
+    if not args.render:
+        for name in args.cells.split(","):
+            print(name, run_cell(name))
+    print(render())
+
+
+if __name__ == "__main__":
+    main()
