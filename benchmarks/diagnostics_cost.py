@@ -9,7 +9,13 @@ per-chain mean ESS of the chains-disagree check), timed the same way. Cells are 
 written to ``benchmarks/results/diagnostics_cost.md``, which the reliability page shows.
 
     python -m benchmarks.diagnostics_cost               # quickstart and mnist56 cells
+    python -m benchmarks.diagnostics_cost --backends    # R-hat + bulk ESS: three backends
     python -m benchmarks.diagnostics_cost --render      # the table only
+
+``--backends`` times rank-normalized R-hat and bulk ESS on AR(1) draws of the cells'
+shapes with the library's vectorized NumPy code, ArviZ's NumPy backend (per coordinate)
+and ArviZ's numba backend (``arviz_stats.numba``, where numba is installed: it comes with
+PyMC, not with the library), the first call of each excluded (numba compiles then).
 """
 
 import argparse
@@ -83,6 +89,54 @@ def run_cell(name: str) -> dict:
     return cell
 
 
+def _ar1(shape, rho=0.9, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.empty(shape)
+    x[:, 0] = rng.normal(size=(shape[0], shape[2]))
+    noise = rng.normal(size=shape) * np.sqrt(1 - rho**2)
+    for t in range(1, shape[1]):
+        x[:, t] = rho * x[:, t - 1] + noise[:, t]
+    return x
+
+
+def run_backends() -> dict:
+    """Seconds of R-hat + bulk ESS per backend, on AR(1) draws of each cell's shape."""
+    path = RESULTS / "backends.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    import arviz as az
+    import xarray as xr
+
+    from fisher_mala import convergence
+
+    def timed(fn):
+        fn()  # first call: imports, numba compilation
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    out = {}
+    for shape in ((4, 20_000, 100), (4, 2_000, 785)):
+        x = _ar1(shape)
+        row = {
+            "vectorized": timed(lambda x=x: convergence.rhat_and_ess(x)),
+            "arviz_numpy": timed(lambda x=x: (az.rhat(x), az.ess(x, method="bulk"))),
+        }
+        try:
+            from arviz_stats.numba import diagnostics as numba_diagnostics
+
+            data = xr.Dataset({"x": (("chain", "draw", "dim"), x)})
+            row["arviz_numba"] = timed(
+                lambda d=data: (numba_diagnostics.rhat(d), numba_diagnostics.ess(d))
+            )
+        except Exception as err:  # numba missing or the backend failing
+            row["arviz_numba"] = f"unavailable: {type(err).__name__}: {err}"[:200]
+        out[" x ".join(map(str, shape))] = row
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
 def render() -> str:
     rows = [
         "| cell | draws (chains x draws x d) | `fm.sample` call (s) | `fm.diagnose` (s) | "
@@ -99,6 +153,22 @@ def render() -> str:
             f"{c['diagnose_seconds']:.2f} | {c['diagnose_seconds'] / c['sample_seconds']:.1%} | "
             f"{c['arviz_seconds']:.1f} | {c['device']} |"
         )
+    backends = RESULTS / "backends.json"
+    if backends.exists():
+        rows += [
+            "",
+            "R-hat and bulk ESS alone, on AR(1) draws of the same shapes (seconds; "
+            "`--backends`):",
+            "",
+            "| draws | this library (R-hat, bulk and tail ESS) | ArviZ, NumPy | ArviZ, numba |",
+            "|---|---|---|---|",
+        ]
+        for shape, row in json.loads(backends.read_text()).items():
+            numba = row["arviz_numba"]
+            numba = f"{numba:.2f}" if isinstance(numba, float) else numba
+            rows.append(
+                f"| {shape} | {row['vectorized']:.2f} | {row['arviz_numpy']:.2f} | {numba} |"
+            )
     TABLE.write_text("\n".join(rows) + "\n")
     return TABLE.read_text()
 
@@ -107,8 +177,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="write the table only")
     parser.add_argument("--cells", default=",".join(CELLS))
+    parser.add_argument("--backends", action="store_true", help="time the three backends")
     args = parser.parse_args(argv)
-    if not args.render:
+    if args.backends:
+        print(run_backends())
+    elif not args.render:
         for name in args.cells.split(","):
             print(name, run_cell(name))
     print(render())

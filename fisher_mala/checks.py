@@ -78,8 +78,8 @@ STREAK_ALPHA = 1e-6  # probability of the longest rejection streak under steady 
 STREAK_MIN_SHARE = 0.02  # ... and the share of a chain's draws that the streak holds
 STREAK_MIN_LENGTH = 100  # ... and its length (healthy heavy tails: up to 91 measured)
 NONFINITE_MAX_SHARE = 0.01  # share of sampling-phase proposals that may be non-finite
-#: The checks work on blocks of coordinates whose working memory stays under half the
-#: draws' bytes, or this floor (small runs in one block).
+#: The checks work on blocks of coordinates whose working memory stays under a quarter of
+#: the draws' bytes, or this floor (small runs in one block).
 WORKING_MEMORY_FLOOR = 64 << 20
 _MAX_LISTED = 5
 
@@ -224,14 +224,32 @@ def _centre_of_others(means, var_of_mean):
     return centre, var
 
 
+def _moments(x, axis):
+    """Mean and variance along ``axis`` in float64, for one block of coordinates."""
+    block = np.asarray(x, np.float64)
+    return block.mean(axis=axis), block.var(axis=axis)
+
+
+def _pooled_moments(x):
+    """Each coordinate's mean and standard deviation over all chains and draws, in blocks
+    of coordinates (no float64 copy of all the draws at once)."""
+    budget = max(x.nbytes // 4, WORKING_MEMORY_FLOOR)
+    mean, var = convergence.by_coordinate_blocks(
+        lambda b: _moments(b.reshape(-1, b.shape[-1]), axis=0), x, budget
+    )
+    return mean, np.sqrt(var)
+
+
 def _check_disagreement(names, x, alpha, budget):
     num_chains, _, dim = x.shape
     if num_chains < 2:
         return None
-    means = x.mean(axis=1, dtype=np.float64)  # (C, D)
     with np.errstate(invalid="ignore", divide="ignore"):
+        means, variances = convergence.by_coordinate_blocks(
+            lambda b: _moments(b, axis=1), x, budget
+        )  # (C, D) each
         ess = convergence.by_coordinate_blocks(convergence.per_chain_ess_mean, x, budget)
-        var_of_mean = x.var(axis=1, dtype=np.float64) / ess  # squared MCSE, (C, D)
+        var_of_mean = variances / ess  # squared MCSE, (C, D)
         others, others_var = _centre_of_others(means, var_of_mean)
         z = (means - others) / np.sqrt(var_of_mean + others_var)
     bound = NormalDist().inv_cdf(1.0 - alpha / (2 * num_chains * dim))
@@ -299,8 +317,7 @@ def longest_rejection_streaks(is_accepted) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_streaks(names, x, is_accepted, alpha, min_share):
     num_chains, num_draws, _ = x.shape
-    flat = x.reshape(-1, x.shape[-1])
-    centre, scale = flat.mean(0, dtype=np.float64), flat.std(0, dtype=np.float64)
+    centre, scale = _pooled_moments(x)
     lengths, starts = longest_rejection_streaks(is_accepted)
     hits = []
     for c in range(num_chains):
@@ -383,8 +400,7 @@ def _check_nonfinite(names, x, finite, proposals):
     share = failed.mean()
     if share <= NONFINITE_MAX_SHARE:
         return None
-    flat = x.reshape(-1, x.shape[-1])
-    centre, scale = np.nanmean(flat, 0, dtype=np.float64), np.nanstd(flat, 0, dtype=np.float64)
+    centre, scale = _pooled_moments(x)
     if proposals is not None and np.shape(proposals["mean"])[-1] == x.shape[-1]:
         count = np.asarray(proposals["count"], np.float64)
         mean = np.nansum(np.asarray(proposals["mean"]) * count[:, None], 0) / count.sum()
@@ -465,7 +481,7 @@ def diagnose(
     """
     names, x = coordinate_names(result)
     num_chains = x.shape[0]
-    budget = max(x.nbytes // 2, WORKING_MEMORY_FLOOR)
+    budget = max(x.nbytes // 4, WORKING_MEMORY_FLOOR)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         rhat, bulk, tail = convergence.by_coordinate_blocks(convergence.rhat_and_ess, x, budget)

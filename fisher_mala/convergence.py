@@ -19,6 +19,8 @@ constant coordinate has ESS equal to its number of draws. ArviZ remains the expo
 plotting path (:func:`fisher_mala.diagnostics.to_arviz`).
 """
 
+import os
+
 import numpy as np
 
 __all__ = [
@@ -85,15 +87,16 @@ def z_scale(x: np.ndarray) -> np.ndarray:
 
 def autocovariance(x: np.ndarray) -> np.ndarray:
     """``(C, N, D)``: each chain's autocovariance at every lag, ``1/N`` normalized (FFT)."""
-    from scipy.fft import next_fast_len
+    from scipy import fft  # pocketfft, with the independent transforms over all cores
 
     n = x.shape[1]
-    size = next_fast_len(2 * n)
+    size = fft.next_fast_len(2 * n)
+    workers = os.cpu_count() or 1
     series = np.ascontiguousarray(np.moveaxis(x, 1, -1))  # (C, D, N): contiguous FFTs
     centred = series - series.mean(axis=-1, keepdims=True)
-    spectrum = np.fft.rfft(centred, n=size, axis=-1)
-    power = (spectrum.real**2 + spectrum.imag**2).astype(np.complex128)
-    acov = np.fft.irfft(power, n=size, axis=-1)[..., :n] / n
+    spectrum = fft.rfft(centred, n=size, axis=-1, workers=workers)
+    power = spectrum.real**2 + spectrum.imag**2
+    acov = fft.irfft(power, n=size, axis=-1, workers=workers)[..., :n] / n
     return np.moveaxis(acov, -1, 1)
 
 

@@ -32,10 +32,11 @@ from fisher_mala.adaptations.fisher import fisher_preconditioner
 from fisher_mala.adaptations.step_size import (
     MALA_TARGET_ACCEPTANCE,
     STEP_SIZE_LEARNING_RATE,
-    adapt_step_size,
+    RobbinsMonroState,
     robbins_monro,
 )
 from fisher_mala.adaptations.step_size_search import find_reasonable_step_size
+from fisher_mala.schedule import Phase, step_at
 
 __all__ = [
     "FisherMALAKernelState",
@@ -241,28 +242,37 @@ class FisherMALAKernel(MCMCKernel):
             return identity
         return self._postprocess_fn(*args, **kwargs)
 
+    def _fisher_step(self, key, fs):
+        return self._adaptive(key, fs, self._logdensity)
+
+    def _phases(self) -> tuple[Phase, ...]:
+        """Algorithm 1 as a schedule on one FisherMALA state, stepped one transition per
+        ``sample`` call: the MALA phase (``R_0`` frozen: MALA with ``sigma^2``, by the scale
+        invariance of Eq. (7)), the Fisher phase, then sampling with everything frozen."""
+        num_mala = min(self._num_mala_steps, self._num_warmup)
+        logdensity = self._logdensity
+        rule = robbins_monro(self._target, STEP_SIZE_LEARNING_RATE)
+
+        def mala(key, fs):
+            new, info = self._frozen(key, fs, logdensity)
+            step = rule.update(RobbinsMonroState(fs.step_size), info.acceptance_rate)
+            return new._replace(step_size=rule.final(step)), info
+
+        return (
+            Phase("mala", num_mala, mala, None),
+            Phase(
+                "fisher",
+                self._num_warmup - num_mala,
+                lambda k, fs: self._adaptive(k, fs, logdensity),
+                None,
+            ),
+            Phase("sampling", 0, lambda k, fs: self._frozen(k, fs, logdensity), None),
+        )
+
     def sample(self, state, model_args, model_kwargs):
         i = state.i
         rng_key, key = jax.random.split(state.rng_key)
-        num_mala = min(self._num_mala_steps, self._num_warmup)
-
-        def mala_phase(fs):  # R_0 frozen: MALA with sigma^2 (scale invariance of Eq. (7))
-            new, info = self._frozen(key, fs, self._logdensity)
-            step = adapt_step_size(
-                fs.step_size, info.acceptance_rate, self._target, STEP_SIZE_LEARNING_RATE
-            )
-            return new._replace(step_size=step), info
-
-        def fisher_phase(fs):
-            return self._adaptive(key, fs, self._logdensity)
-
-        def sampling(fs):
-            return self._frozen(key, fs, self._logdensity)
-
-        phase = jnp.where(i < num_mala, 0, jnp.where(i < self._num_warmup, 1, 2))
-        fisher_state, info = jax.lax.switch(
-            phase, (mala_phase, fisher_phase, sampling), state.fisher_state
-        )
+        fisher_state, info = step_at(self._phases(), i, key, state.fisher_state)
         itr = i + 1
         n = jnp.where(i < self._num_warmup, itr, itr - self._num_warmup)
         alpha = info.acceptance_rate

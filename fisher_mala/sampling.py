@@ -332,10 +332,21 @@ def _compile_and_run(fn, *args):
 
 #: The sampling phase runs in compiled blocks whose kept draws take at most this many
 #: bytes on the device (all of them in one block when they fit).
-BLOCK_BYTES = 256 << 20
+BLOCK_BYTES = 32 << 20
 #: Bytes of sample statistics per draw and chain (log density, acceptance rate, three
 #: flags, gradient count).
 STAT_BYTES_PER_DRAW = 24
+
+
+def _even_block(num_draws: int, largest: int) -> int:
+    """Draws per block: ``num_draws`` if it fits, else the largest divisor of ``num_draws``
+    up to ``largest`` (one executable for every block), unless that is under a quarter of
+    ``largest`` (then ``largest``: a second executable for the last block)."""
+    if num_draws <= largest:
+        return num_draws
+    candidates = np.arange(max(1, largest // 4), largest + 1)
+    divisors = candidates[num_draws % candidates == 0]
+    return int(divisors[-1]) if divisors.size else largest
 
 
 def _check_memory(keep, positions, num_chains, num_draws, output, diagnose):
@@ -354,9 +365,9 @@ def _check_memory(keep, positions, num_chains, num_draws, output, diagnose):
         int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(one)
     )
     per_draw = num_chains * (draw_bytes + STAT_BYTES_PER_DRAW)
-    block = max(1, min(num_draws, BLOCK_BYTES // per_draw))
+    block = _even_block(num_draws, max(1, BLOCK_BYTES // per_draw))
     total = sinks.estimate_bytes(num_chains, num_draws, draw_bytes, STAT_BYTES_PER_DRAW)
-    host_need = per_draw * block if output is not None else total * (1.5 if diagnose else 1.0)
+    host_need = per_draw * block if output is not None else total * (1.25 if diagnose else 1.0)
     host, device = sinks.available_bytes()
     device_need = 2 * per_draw * block
     short = []
@@ -365,14 +376,17 @@ def _check_memory(keep, positions, num_chains, num_draws, output, diagnose):
     if device is not None and device_need > device:
         short.append(f"{device_need / 1e9:.2f} GB of device memory, {device / 1e9:.2f} GB free")
     if short:
+        checks_too = "; diagnose=True needs a quarter as much again" if host_need > total else ""
+        ways = (
+            "`thinning=k` keeps every k-th draw; fewer `num_samples`; `keep=lambda x: ...` "
+            "keeps a function of the position (a few coordinates, a prediction); "
+            "`output='run_dir'` writes the draws to files block by block (the host then "
+            "holds one block); `diagnose=False`"
+        )
         raise MemoryError(
             f"The kept draws need {total / 1e9:.2f} GB ({num_chains} chains x {num_draws} "
-            f"draws x ({draw_bytes} bytes of position + {STAT_BYTES_PER_DRAW} of statistics)"
-            f"{'; diagnose=True needs half as much again' if diagnose and output is None else ''}"
-            f"): {'; '.join(short)}. Ways out: `thinning=k` keeps every k-th draw; fewer "
-            "`num_samples`; `keep=lambda x: ...` keeps a function of the position (a few "
-            "coordinates, a prediction); `output='run_dir'` writes the draws to files block "
-            "by block (the host then holds one block); `diagnose=False`."
+            f"draws x ({draw_bytes} bytes of position + {STAT_BYTES_PER_DRAW} of "
+            f"statistics){checks_too}): {'; '.join(short)}. Ways out: {ways}."
         )
     return block, total
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from fisher_mala.progress import ProgressBar, scan_with_progress
@@ -37,6 +38,7 @@ __all__ = [
     "run_schedule",
     "resume_schedule",
     "extend_info",
+    "step_at",
     "snapshot",
 ]
 
@@ -344,6 +346,16 @@ def extend_info(info: WarmupInfo, more: WarmupInfo) -> WarmupInfo:
         num_grad_evals=info.num_grad_evals + more.num_grad_evals,
         trace=trace,
     )
+
+
+def step_at(phases, iteration, key, state):
+    """One iteration of a schedule whose phases share one state type, the phase chosen by
+    the iteration's index (``lax.switch``); the last phase goes on past its length. For
+    drivers that make one transition per call (NumPyro's ``MCMC``), which hand the key."""
+    bounds = np.cumsum([p.num_steps for p in phases[:-1]])
+    index = jnp.searchsorted(jnp.asarray(bounds), iteration, side="right")
+    branches = [lambda s, p=p: p.step(key, s) for p in phases]
+    return jax.lax.switch(index, branches, state)
 
 
 def snapshot(sqrt_precond, trace, step_size, iteration, record_precond: bool) -> WarmupTrace:

@@ -25,7 +25,7 @@ def whole():
 
 
 def test_blocks_streamed_to_files_are_the_same_draws(whole, tmp_path, monkeypatch):
-    """Blocks of 32 draws (one executable for the block, one for the rest) written to
+    """Blocks of 30 draws (the largest divisor of 300 within 32 draws) written to
     memory-mapped files: bit for bit the draws of one block in memory."""
     monkeypatch.setattr(fm.sampling, "BLOCK_BYTES", 32 * 2 * (16 + fm.sampling.STAT_BYTES_PER_DRAW))
     streamed = _run(output=tmp_path / "run")
