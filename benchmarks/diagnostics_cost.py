@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import templating
+
 RESULTS = Path(__file__).resolve().parent / "results" / "diagnostics_cost"
 TABLE = RESULTS.parent / "diagnostics_cost.md"
 
@@ -138,39 +140,41 @@ def run_backends() -> dict:
 
 
 def render() -> str:
-    rows = [
-        "| cell | draws (chains x draws x d) | `fm.sample` call (s) | `fm.diagnose` (s) | "
-        "diagnose / sample | ArviZ calls it replaces (s) | device |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "cell", "draws (chains x draws x d)", "`fm.sample` call (s)", "`fm.diagnose` (s)",
+        "diagnose / sample", "ArviZ calls it replaces (s)", "device",
+    ]  # fmt: skip
+    rows = []
     for name in CELLS:
         path = RESULTS / f"{name}.json"
-        if not path.exists():
-            continue
-        c = json.loads(path.read_text())
-        rows.append(
-            f"| {name} | {' x '.join(map(str, c['shape']))} | {c['sample_seconds']:.1f} | "
-            f"{c['diagnose_seconds']:.2f} | {c['diagnose_seconds'] / c['sample_seconds']:.1%} | "
-            f"{c['arviz_seconds']:.1f} | {c['device']} |"
-        )
+        if path.exists():
+            c = json.loads(path.read_text())
+            rows.append([
+                name, " x ".join(map(str, c["shape"])), f"{c['sample_seconds']:.1f}",
+                f"{c['diagnose_seconds']:.2f}",
+                f"{c['diagnose_seconds'] / c['sample_seconds']:.1%}",
+                f"{c['arviz_seconds']:.1f}", c["device"],
+            ])  # fmt: skip
+    text = templating.table(header, rows) + "\n"
     backends = RESULTS / "backends.json"
     if backends.exists():
-        rows += [
-            "",
-            "R-hat and bulk ESS alone, on AR(1) draws of the same shapes (seconds; "
-            "`--backends`):",
-            "",
-            "| draws | this library (R-hat, bulk and tail ESS) | ArviZ, NumPy | ArviZ, numba |",
-            "|---|---|---|---|",
+        header = [
+            "draws",
+            "this library (R-hat, bulk and tail ESS)",
+            "ArviZ, NumPy",
+            "ArviZ, numba",
         ]
+        rows = []
         for shape, row in json.loads(backends.read_text()).items():
             numba = row["arviz_numba"]
             numba = f"{numba:.2f}" if isinstance(numba, float) else numba
-            rows.append(
-                f"| {shape} | {row['vectorized']:.2f} | {row['arviz_numpy']:.2f} | {numba} |"
-            )
-    TABLE.write_text("\n".join(rows) + "\n")
-    return TABLE.read_text()
+            rows.append([shape, f"{row['vectorized']:.2f}", f"{row['arviz_numpy']:.2f}", numba])
+        text += (
+            "\nR-hat and bulk ESS alone, on AR(1) draws of the same shapes (seconds; "
+            "`--backends`):\n\n" + templating.table(header, rows) + "\n"
+        )
+    TABLE.write_text(text)
+    return text
 
 
 def main(argv=None):

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks import templating
+
 RESULTS = Path(__file__).resolve().parent / "results" / "memory_peak"
 TABLE = RESULTS.parent / "memory_peak.md"
 CHAINS, DRAWS, DIM = 4, 100_000, 200
@@ -82,24 +84,27 @@ def run_cell(name: str) -> dict:
 
 
 def render() -> str:
-    rows = [
-        f"| run ({CHAINS} chains x {DRAWS} draws x d = {DIM}, float32) | kept draws (MB) | "
-        "peak RSS growth (MB) | / kept draws | peak anonymous memory growth (MB) | "
-        "/ kept draws |",
-        "|---|---|---|---|---|---|",
+    header = [
+        f"run ({CHAINS} chains x {DRAWS} draws x d = {DIM}, float32)",
+        "kept draws (MB)",
+        "peak RSS growth (MB)",
+        "/ kept draws",
+        "peak anonymous memory growth (MB)",
+        "/ kept draws",
     ]
+    rows = []
     for name in CELLS:
         path = RESULTS / f"{name}.json"
         if path.exists():
             c = json.loads(path.read_text())
             growth = c["peak_bytes"] - c["baseline_bytes"]
             anon = c["anon_peak_bytes"] - c["anon_baseline_bytes"]
-            rows.append(
-                f"| {name.replace('_', ' ')} | {c['kept_bytes'] / 1e6:.0f} | {growth / 1e6:.0f} | "
-                f"{c['growth_over_kept']:.2f} | {anon / 1e6:.0f} | "
-                f"{c['anon_growth_over_kept']:.2f} |"
-            )
-    TABLE.write_text("\n".join(rows) + "\n")
+            rows.append([
+                name.replace("_", " "), f"{c['kept_bytes'] / 1e6:.0f}", f"{growth / 1e6:.0f}",
+                f"{c['growth_over_kept']:.2f}", f"{anon / 1e6:.0f}",
+                f"{c['anon_growth_over_kept']:.2f}",
+            ])  # fmt: skip
+    TABLE.write_text(templating.table(header, rows) + "\n")
     return TABLE.read_text()
 
 

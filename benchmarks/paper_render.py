@@ -303,18 +303,16 @@ def _hardware(cells) -> str:
 
 
 def _timing_table(cells) -> str:
-    lines = [
-        "| target | method | reps | device | warm-up s | sampling s | compile s |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = ["target", "method", "reps", "device", "warm-up s", "sampling s", "compile s"]
+    rows = []
     for (target, config), records in sorted(cells.items()):
         s = records[0]["seconds"]
         device = records[0]["environment"]["device"].split(":")[0]
-        lines.append(
-            f"| {target} | {LABELS[config]} | {len(records)} | {device} | {s['warmup']:.1f} | "
-            f"{s['sampling']:.1f} | {s['compile']:.1f} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            target, LABELS[config], len(records), device, f"{s['warmup']:.1f}",
+            f"{s['sampling']:.1f}", f"{s['compile']:.1f}",
+        ])  # fmt: skip
+    return templating.table(header, rows)
 
 
 def render(root: Path, out: Path) -> Path:

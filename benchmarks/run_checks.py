@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fisher_mala as fm
-from benchmarks import cells
+from benchmarks import cells, templating
 
 RESULTS = Path(__file__).resolve().parent / "results" / "run_checks"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
@@ -254,11 +254,11 @@ def _truth_cell(run) -> str:
 
 
 def render(root=RESULTS) -> str:
-    lines = [
-        "| cell | role | warm-up + draws | seed | checks failed | max R-hat | min bulk "
-        "ESS | acceptance by chain | truth |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "cell", "role", "warm-up + draws", "seed", "checks failed", "max R-hat",
+        "min bulk ESS", "acceptance by chain", "truth",
+    ]  # fmt: skip
+    lines = []
     for name in CELLS:
         path = root / f"{name}.json"
         if not path.exists():
@@ -266,13 +266,12 @@ def render(root=RESULTS) -> str:
         r = json.loads(path.read_text())
         for run in r["runs"]:
             checks = ", ".join(run["checks"]) or "none"
-            lines.append(
-                f"| {name} | {r['role']} | {r['num_warmup']} + {r['num_samples']} | "
-                f"{run['seed']} | {checks} | {run['max_rhat']:.3f} | "
-                f"{run['min_bulk_ess']:.0f} | {', '.join(f'{a:.2f}' for a in run['acceptance'])}"
-                f" | {_truth_cell(run)} |"
-            )
-    return "\n".join(lines)
+            lines.append([
+                name, r["role"], f"{r['num_warmup']} + {r['num_samples']}", run["seed"],
+                checks, f"{run['max_rhat']:.3f}", f"{run['min_bulk_ess']:.0f}",
+                ", ".join(f"{a:.2f}" for a in run["acceptance"]), _truth_cell(run),
+            ])  # fmt: skip
+    return templating.table(header, lines)
 
 
 def write_docs(page=DOCS) -> str:

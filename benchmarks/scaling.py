@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import templating
+
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling"
 DTYPE_BYTES = {"f32": 4, "f64": 8, "s32": 4, "u32": 4, "pred": 1, "bf16": 2, "f16": 2}
 COLLECTIVE = re.compile(
@@ -219,20 +221,20 @@ def _spawn(count: int, cells, steps: int, rows: int) -> None:
 def render(kind: str = "cpu") -> str:
     records = [json.loads(p.read_text()) for p in sorted((RESULTS / kind).glob("*.json"))]
     records.sort(key=lambda r: (r["problem"], r["devices"], r["dim"]))
-    lines = [
-        "| problem | d | devices | us / iteration | held per device (MB) | "
-        "program per device (MB) | sent per iteration per device (bytes) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "problem", "d", "devices", "us / iteration", "held per device (MB)",
+        "program per device (MB)", "sent per iteration per device (bytes)",
+    ]  # fmt: skip
+    rows = []
     for r in records:
         program = r["program_bytes_per_device"]
-        lines.append(
-            f"| {r['problem']} | {r['dim']} | {r['devices']} | {r['us_per_iteration']:.0f} | "
-            f"{r['held_bytes_per_device'] / 1e6:.1f} | "
-            f"{'n/a' if program is None else f'{program / 1e6:.1f}'} | "
-            f"{r['collective_bytes_per_iteration']} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            r["problem"], r["dim"], r["devices"], f"{r['us_per_iteration']:.0f}",
+            f"{r['held_bytes_per_device'] / 1e6:.1f}",
+            "n/a" if program is None else f"{program / 1e6:.1f}",
+            r["collective_bytes_per_iteration"],
+        ])  # fmt: skip
+    return templating.table(header, rows)
 
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "large_problems.md"

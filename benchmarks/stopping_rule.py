@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
+from benchmarks import templating
 from benchmarks.race_setup import POSTERIORDB, TARGETS, race_start
 from fisher_mala import whitened_warmup
 from fisher_mala.adaptations import stopping_rule as stopping_rule_checks
@@ -74,14 +75,16 @@ def render(path=OUT) -> str:
     """The table of ``docs/fisher_nuts.md``: ``kappa(M)`` over the noise ratio, per look."""
     rows = json.loads(path.read_text())
     iterations = [look["iteration"] for look in rows[0]["looks"]]
-    lines = [
-        "| target | d | " + " | ".join(f"to iteration {i}" for i in iterations) + " |",
-        "|---|---|" + "---|" * len(iterations),
+    header = ["target", "d", *(f"to iteration {i}" for i in iterations)]
+    cells = [
+        [
+            r["target"],
+            r["dim"],
+            *(f"{min(k['ratio']):.2g}-{max(k['ratio']):.2g}" for k in r["looks"]),
+        ]
+        for r in rows
     ]
-    for r in rows:
-        cells = [f"{min(look['ratio']):.2g}-{max(look['ratio']):.2g}" for look in r["looks"]]
-        lines.append(f"| {r['target']} | {r['dim']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return templating.table(header, cells)
 
 
 def main():

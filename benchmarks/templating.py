@@ -6,7 +6,7 @@ A template names each generated value ``{{name}}``; :func:`fill` replaces them a
 import re
 from pathlib import Path
 
-__all__ = ["TEMPLATES", "fill", "load"]
+__all__ = ["TEMPLATES", "fill", "load", "table"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -26,3 +26,10 @@ def fill(template: str, values: dict) -> str:
 def load(name: str) -> str:
     """The text of ``benchmarks/templates/<name>``."""
     return (TEMPLATES / name).read_text()
+
+
+def table(header, rows) -> str:
+    """A Markdown table: ``header`` (column titles) and ``rows`` (cells, any values)."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)

@@ -78,9 +78,9 @@ STREAK_ALPHA = 1e-6  # probability of the longest rejection streak under steady 
 STREAK_MIN_SHARE = 0.02  # ... and the share of a chain's draws that the streak holds
 STREAK_MIN_LENGTH = 100  # ... and its length (healthy heavy tails: up to 91 measured)
 NONFINITE_MAX_SHARE = 0.01  # share of sampling-phase proposals that may be non-finite
-#: The checks work on blocks of coordinates whose working memory stays under a quarter of
-#: the draws' bytes, or this floor (small runs in one block).
-WORKING_MEMORY_FLOOR = 64 << 20
+#: The checks work on blocks of coordinates whose working memory stays under an eighth of
+#: the draws' bytes, or this floor.
+WORKING_MEMORY_FLOOR = 32 << 20
 _MAX_LISTED = 5
 
 
@@ -233,7 +233,7 @@ def _moments(x, axis):
 def _pooled_moments(x):
     """Each coordinate's mean and standard deviation over all chains and draws, in blocks
     of coordinates (no float64 copy of all the draws at once)."""
-    budget = max(x.nbytes // 4, WORKING_MEMORY_FLOOR)
+    budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
     mean, var = convergence.by_coordinate_blocks(
         lambda b: _moments(b.reshape(-1, b.shape[-1]), axis=0), x, budget
     )
@@ -481,7 +481,7 @@ def diagnose(
     """
     names, x = coordinate_names(result)
     num_chains = x.shape[0]
-    budget = max(x.nbytes // 4, WORKING_MEMORY_FLOOR)
+    budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         rhat, bulk, tail = convergence.by_coordinate_blocks(convergence.rhat_and_ess, x, budget)

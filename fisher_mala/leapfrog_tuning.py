@@ -7,6 +7,11 @@ tuned by dual averaging (Hoffman and Gelman, 2014; BlackJAX's implementation,
 FisherMALA's normalized step: one leapfrog step of size ``epsilon`` is MALA with
 ``sigma_R^2 = epsilon^2``. At its end ``R`` is rescaled so that the whitened target has
 unit scale (:func:`normalize`).
+
+Each half of the phase is a :class:`~fisher_mala.schedule.Phase` run by the schedule's
+loop (:func:`~fisher_mala.schedule.iterate`): its step is the whitened NUTS / HMC kernel
+composed with dual averaging (and, in the keep-learning half, the rank-one update of
+``R``); between the halves, the hand-over rescales ``R`` and the averaged step.
 """
 
 from collections.abc import Callable
@@ -16,9 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from fisher_mala.adaptations.base import Adaptation
-from fisher_mala.progress import scan_with_progress
 from fisher_mala.pytree import ravel
-from fisher_mala.schedule import WarmupInfo, WarmupParameters
+from fisher_mala.schedule import Phase, WarmupInfo, WarmupParameters, iterate
 from fisher_mala.sqrt_precond import rank_one_update, whitened_product
 from fisher_mala.whitened_hmc import (
     TRAJECTORY_LENGTH,
@@ -130,7 +134,7 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
             whitened_grad=whitened_product(made, state.whitened_grad),
         )
 
-    def body(carry, iteration):
+    def step(key, carry):
         state, da, sum_sq, count = carry
         step = jnp.exp(da.log_step_size).astype(dtype)
         steps = tuning.num_integration_steps
@@ -138,7 +142,6 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
             length = TRAJECTORY_LENGTH * jnp.sqrt(dim * count / sum_sq)
             steps = jnp.clip(jnp.ceil(length / step), 1, 2**tuning.max_num_doublings)
             steps = steps.astype(jnp.int32)
-        key = jax.random.fold_in(rng_key, iteration)
         state, info = tuning.kernel(
             key, state, tuning.logdensity_fn, step, steps, tuning.max_num_doublings
         )
@@ -147,8 +150,11 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
             state = learn(state, count)
         return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
 
+    phase = Phase("step_size", num_steps, step, key=lambda key: key)
     start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
-    (state, da, sum_sq, count), info = scan_with_progress(body, start, num_steps, offset, progress)
+    (state, da, sum_sq, count), info, _ = iterate(
+        phase, rng_key, start, num_steps, offset, progress
+    )
     return state, da, info, sum_sq / count
 
 

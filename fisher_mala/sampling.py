@@ -332,7 +332,7 @@ def _compile_and_run(fn, *args):
 
 #: The sampling phase runs in compiled blocks whose kept draws take at most this many
 #: bytes on the device (all of them in one block when they fit).
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
 #: Bytes of sample statistics per draw and chain (log density, acceptance rate, three
 #: flags, gradient count).
 STAT_BYTES_PER_DRAW = 24
@@ -367,7 +367,7 @@ def _check_memory(keep, positions, num_chains, num_draws, output, diagnose):
     per_draw = num_chains * (draw_bytes + STAT_BYTES_PER_DRAW)
     block = _even_block(num_draws, max(1, BLOCK_BYTES // per_draw))
     total = sinks.estimate_bytes(num_chains, num_draws, draw_bytes, STAT_BYTES_PER_DRAW)
-    host_need = per_draw * block if output is not None else total * (1.25 if diagnose else 1.0)
+    host_need = per_draw * block if output is not None else total * (1.125 if diagnose else 1.0)
     host, device = sinks.available_bytes()
     device_need = 2 * per_draw * block
     short = []
@@ -376,7 +376,7 @@ def _check_memory(keep, positions, num_chains, num_draws, output, diagnose):
     if device is not None and device_need > device:
         short.append(f"{device_need / 1e9:.2f} GB of device memory, {device / 1e9:.2f} GB free")
     if short:
-        checks_too = "; diagnose=True needs a quarter as much again" if host_need > total else ""
+        checks_too = "; diagnose=True needs an eighth as much again" if host_need > total else ""
         ways = (
             "`thinning=k` keeps every k-th draw; fewer `num_samples`; `keep=lambda x: ...` "
             "keeps a function of the position (a few coordinates, a prediction); "

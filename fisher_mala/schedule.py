@@ -34,6 +34,7 @@ __all__ = [
     "Phase",
     "Schedule",
     "split_key",
+    "iterate",
     "run_phase",
     "run_schedule",
     "resume_schedule",
@@ -239,12 +240,9 @@ def _blocked(step_fn, state, num_steps, offset, block, finish_block, snapshot, p
     return state, _concat(*infos), trace
 
 
-def run_phase(phase: Phase, rng_key, state, num_steps: int, offset, progress=None):
-    """``num_steps`` iterations of ``phase`` from warm-up iteration ``offset``.
-
-    Returns the state, the per-iteration ``(acceptance_rate, is_accepted,
-    proposal_is_finite)`` (iterations last) and the snapshots (``None`` unless blocked).
-    """
+def iterate(phase: Phase, rng_key, state, num_steps: int, offset, progress=None):
+    """``num_steps`` iterations of ``phase`` from warm-up iteration ``offset``:
+    ``(state, per-iteration info, snapshots or None)``, the info as the step reports it."""
     key = phase.key(rng_key)
 
     def step_fn(state, iteration):
@@ -252,12 +250,17 @@ def run_phase(phase: Phase, rng_key, state, num_steps: int, offset, progress=Non
 
     if phase.block is None:
         state, info = scan_with_progress(step_fn, state, num_steps, offset, progress)
-        trace = None
-    else:
-        snap = phase.snapshot or (lambda s, i: None)
-        state, info, trace = _blocked(
-            step_fn, state, num_steps, offset, phase.block, phase.finish_block, snap, progress
-        )
+        return state, info, None
+    snap = phase.snapshot or (lambda s, i: None)
+    return _blocked(
+        step_fn, state, num_steps, offset, phase.block, phase.finish_block, snap, progress
+    )
+
+
+def run_phase(phase: Phase, rng_key, state, num_steps: int, offset, progress=None):
+    """:func:`iterate`, keeping the per-iteration ``(acceptance_rate, is_accepted,
+    proposal_is_finite)`` (iterations last) of the info."""
+    state, info, trace = iterate(phase, rng_key, state, num_steps, offset, progress)
     rates = (info.acceptance_rate, info.is_accepted, info.proposal_is_finite)
     if phase.chains_first:
         rates = tuple(jnp.moveaxis(x, 0, 1) for x in rates)
