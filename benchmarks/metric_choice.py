@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 import fisher_mala as fm
+from benchmarks import templating
 from benchmarks.race_setup import POSTERIORDB, TARGETS, race_start
 from fisher_mala import whitened_warmup
 from fisher_mala.adaptations import stopping_rule as stopping_rule_checks
@@ -59,11 +60,11 @@ def row(name: str) -> dict:
 
 def render(path=OUT) -> str:
     """The table of ``docs/fisher_nuts.md``."""
-    lines = [
-        "| target | d | first look: signals, condition numbers (4 chains), bound | "
-        "end of the Fisher phase: signals, condition numbers, bound | metric |",
-        "|---|---|---|---|---|",
-    ]
+    header = [
+        "target", "d", "first look: signals, condition numbers (4 chains), bound",
+        "end of the Fisher phase: signals, condition numbers, bound", "metric",
+    ]  # fmt: skip
+    rows = []
 
     def cell(r):
         kappa = ", ".join(f"{k:.3g}" for k in r["condition_number"])
@@ -72,8 +73,8 @@ def render(path=OUT) -> str:
     for r in json.loads(path.read_text()):
         looks = r["looks"]
         end = cell(looks[1]) if len(looks) > 1 else "(first look is the end)"
-        lines.append(f"| {r['target']} | {r['dim']} | {cell(looks[0])} | {end} | {r['choice']} |")
-    return "\n".join(lines)
+        rows.append([r["target"], r["dim"], cell(looks[0]), end, r["choice"]])
+    return templating.table(header, rows)
 
 
 def main():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import step_cost, versus_blackjax
+from benchmarks import step_cost, templating, versus_blackjax
 from benchmarks.templating import fill
 
 HERE = Path(__file__).resolve().parent
@@ -273,12 +273,12 @@ def _pooled_overhead(rows) -> str:
 
 def _pooled_cost(rows) -> dict:
     """16 chains each with R against 16 sharing one: per chain-iteration, and the bound."""
-    lines = [
-        "| target | d | dtype | µs per chain-iteration, 16 R | µs per chain-iteration, "
-        "shared R | ratio | ratio of the rooflines | 16 R: GB/s of `R v` | shared R: "
-        "GFLOP/s of `R V` |",
-        "|" + "---|" * 9,
-    ]
+    header = [
+        "target", "d", "dtype", "µs per chain-iteration, 16 R",
+        "µs per chain-iteration, shared R", "ratio", "ratio of the rooflines",
+        "16 R: GB/s of `R v`", "shared R: GFLOP/s of `R V`",
+    ]  # fmt: skip
+    lines = []
     bounds, measured = [], []
     for target in ("gaussian", "logistic"):
         for dtype in ("float32", "float64"):
@@ -298,15 +298,15 @@ def _pooled_cost(rows) -> dict:
                 size = 8 if dtype == "float64" else 4
                 gbs = 16 * dim * dim * size / each["matvec_loop"] / 1e3
                 gflops = 2 * 16 * dim * dim / shared["matvec_loop"] / 1e3
-                lines.append(
-                    f"| {target} | {dim} | {dtype} | {a:.0f} | {b:.0f} | "
-                    f"{a / b:.1f} | {bound:.1f} | {gbs:.1f} | {gflops:.1f} |"
-                )
+                lines.append([
+                    target, dim, dtype, f"{a:.0f}", f"{b:.0f}", f"{a / b:.1f}",
+                    f"{bound:.1f}", f"{gbs:.1f}", f"{gflops:.1f}",
+                ])  # fmt: skip
                 if dim >= 2000:
                     bounds.append(bound)
                     measured.append(a / b)
     return {
-        "pooled_cost_table": "\n".join(lines),
+        "pooled_cost_table": templating.table(header, lines),
         "pooled_bound_span": _span(bounds, ".1f"),
         "pooled_measured_span": _span(measured, ".1f"),
     }
@@ -349,11 +349,11 @@ def _race_values(root: Path) -> dict:
     an error (write its explanation first).
     """
     template = TEMPLATE.read_text()
-    lines = [
-        "| target | ratio | best BlackJAX sampler | its ESS/grad | FisherMALA's | its "
-        "µs/grad | FisherMALA's | its min bulk ESS (draws) | ratio, paper's ESS |",
-        "|" + "---|" * 9,
-    ]
+    header = [
+        "target", "ratio", "best BlackJAX sampler", "its ESS/grad", "FisherMALA's",
+        "its µs/grad", "FisherMALA's", "its min bulk ESS (draws)", "ratio, paper's ESS",
+    ]  # fmt: skip
+    lines = []
     losers = []
     for target in versus_blackjax.TARGETS:
         rows = {
@@ -375,12 +375,12 @@ def _race_values(root: Path) -> dict:
         def us(r):
             return 1e6 * (r["seconds"]["warmup"] + r["seconds"]["sampling"]) / r["grad_evals"]
 
-        lines.append(
-            f"| {target} | {f['bulk_min_per_second'] / o['bulk_min_per_second']:.2f} | "
-            f"{o['sampler']} | {o['bulk_min_per_grad']:.1e} | {f['bulk_min_per_grad']:.1e} | "
-            f"{us(o):.1f} | {us(f):.1f} | {o['bulk_min']:.0f} ({draws}) | "
-            f"{f['paper_min_per_second'] / o['paper_min_per_second']:.2f} |"
-        )
+        lines.append([
+            target, f"{f['bulk_min_per_second'] / o['bulk_min_per_second']:.2f}",
+            o["sampler"], f"{o['bulk_min_per_grad']:.1e}", f"{f['bulk_min_per_grad']:.1e}",
+            f"{us(o):.1f}", f"{us(f):.1f}", f"{o['bulk_min']:.0f} ({draws})",
+            f"{f['paper_min_per_second'] / o['paper_min_per_second']:.2f}",
+        ])  # fmt: skip
     unexplained = [t for t in losers if f"**{t}**" not in template]
     if unexplained:
         raise ValueError(f"FisherMALA loses on {unexplained}: explain it in {TEMPLATE}")
@@ -399,7 +399,7 @@ def _race_values(root: Path) -> dict:
     return {
         "race_table": versus_blackjax.render(root),
         **versus_blackjax.goal_values(root),
-        "losses_table": "\n".join(lines),
+        "losses_table": templating.table(header, lines),
         "losses_check": check,
         **_worst_coordinates(root, "caravan"),
     }
