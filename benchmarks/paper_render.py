@@ -87,6 +87,13 @@ def _explain(target, config):
     return "; ".join(reasons)
 
 
+#: The columns of the reproduction's tables.
+RESULT_HEADER = [
+    "method", "max ESS (ours)", "median ESS (ours)", "min ESS (ours)", "max (paper)",
+    "median (paper)", "min (paper)", "notes",
+]  # fmt: skip
+
+
 def table_markdown(name, cells) -> str:
     configs, targets = EXPERIMENTS[name]
     paper = PAPER[name]
@@ -95,12 +102,7 @@ def table_markdown(name, cells) -> str:
         present = [c for c in configs if (target, c) in cells]
         if not present and target not in paper:
             continue
-        lines += [
-            f"\n**{TARGET_LABELS.get(target, target)}**\n",
-            "| method | max ESS (ours) | median ESS (ours) | min ESS (ours) | "
-            "max (paper) | median (paper) | min (paper) | notes |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
+        rows = []
         for config in configs:
             ref = paper.get(target, {}).get(config)
             records = cells.get((target, config))
@@ -131,13 +133,11 @@ def table_markdown(name, cells) -> str:
             else:
                 notes.append("not run on this hardware yet")
             note = "; ".join(n for n in notes if n)
-            lines.append(
-                f"| {LABELS[config]} | "
-                + " | ".join(ours)
-                + " | "
-                + " | ".join(paper_cells)
-                + f" | {note} |"
-            )
+            rows.append([LABELS[config], *ours, *paper_cells, note])
+        lines += [
+            f"\n**{TARGET_LABELS.get(target, target)}**\n",
+            templating.table(RESULT_HEADER, rows),
+        ]
     return "\n".join(lines)
 
 

@@ -128,10 +128,10 @@ PAGE_COLUMNS = (
 def _goals(rows) -> dict:
     """The step-cost goals counted (d >= 785): both rooflines, and the logistic ratio."""
     big = [r for r in rows if r["dim"] >= 785]
-    lines = [
-        "| chains | roofline | frozen within 1.2 x | worst | adaptive within 1.2 x | worst |",
-        "|---|---|---|---|---|---|",
-    ]
+    header = [
+        "chains", "roofline", "frozen within 1.2 x", "worst", "adaptive within 1.2 x", "worst"
+    ]  # fmt: skip
+    lines = []
     for chains, label in (
         ("1", "one chain"),
         ("16", "16 chains, one R each"),
@@ -144,22 +144,23 @@ def _goals(rows) -> dict:
                 continue
             frozen = [r["us"][f_key] for r in sel]
             adaptive = [r["us"][a_key] for r in sel]
-            lines.append(
-                f"| {label} | {roofline} | {sum(v <= 1.2 for v in frozen)}/{len(sel)} "
-                f"| {max(frozen):.2f} | {sum(v <= 1.2 for v in adaptive)}/{len(sel)} "
-                f"| {max(adaptive):.2f} |"
-            )
+            lines.append([
+                label, roofline, f"{sum(v <= 1.2 for v in frozen)}/{len(sel)}",
+                f"{max(frozen):.2f}", f"{sum(v <= 1.2 for v in adaptive)}/{len(sel)}",
+                f"{max(adaptive):.2f}",
+            ])  # fmt: skip
     logi = [r for r in big if r["target"] == "logistic" and r["chains"] == "1"]
-    table = ["| d | dtype | adaptive / MALA | traffic bound |", "|---|---|---|---|"]
-    table += [
-        f"| {r['dim']} | {r['dtype']} | {r['us']['adaptive_over_mala']:.2f} | "
-        f"{_logistic_traffic_bound(r['dim']):.2f} |"
+    table = [
+        [r["dim"], r["dtype"], f"{r['us']['adaptive_over_mala']:.2f}",
+         f"{_logistic_traffic_bound(r['dim']):.2f}"]
         for r in logi
-    ]
+    ]  # fmt: skip
     ok = sum(r["us"]["adaptive_over_mala"] <= 1.2 for r in logi)
     return {
-        "goals_table": "\n".join(lines),
-        "logistic_goal_table": "\n".join(table),
+        "goals_table": templating.table(header, lines),
+        "logistic_goal_table": templating.table(
+            ["d", "dtype", "adaptive / MALA", "traffic bound"], table
+        ),
         "logistic_goal_count": f"{ok}/{len(logi)}",
     }
 
@@ -323,23 +324,23 @@ def _block_update_values() -> dict:
 
 
 def _pooled_section(data) -> str:
-    lines = [
-        "| target | D* (independent, mean final) | pooled iterations to D* | iteration "
-        "ratio | seconds independent burn-in | seconds pooled to D* | seconds ratio | "
-        "min ESS pooled, short burn-in | min ESS independent, full burn-in |",
-        "|" + "---|" * 9,
-    ]
+    header = [
+        "target", "D* (independent, mean final)", "pooled iterations to D*", "iteration ratio",
+        "seconds independent burn-in", "seconds pooled to D*", "seconds ratio",
+        "min ESS pooled, short burn-in", "min ESS independent, full burn-in",
+    ]  # fmt: skip
+    lines = []
     for r in data["rows"]:
         p, i = r["pooled_short_burn_in"], r["independent_full_burn_in"]
         ratio = f"{r['iteration_ratio']:.1f}" if r["iteration_ratio"] else "not reached"
-        lines.append(
-            f"| {r['target']} | {r['threshold_D*']:.3f} | {r['pooled_iterations_to_D*']} | "
-            f"{ratio} | {r['seconds_independent_burn_in']:.1f} | "
-            f"{r['seconds_pooled_to_D*']:.1f} | {r['seconds_ratio']:.1f} | "
-            f"{p['min_ess_mean']:.0f} ± {p['min_ess_sd']:.0f} ({p['num_warmup']} burn-in) | "
-            f"{i['min_ess_mean']:.0f} ± {i['min_ess_sd']:.0f} ({i['num_warmup']} burn-in) |"
-        )
-    return "\n".join(lines)
+        lines.append([
+            r["target"], f"{r['threshold_D*']:.3f}", r["pooled_iterations_to_D*"], ratio,
+            f"{r['seconds_independent_burn_in']:.1f}", f"{r['seconds_pooled_to_D*']:.1f}",
+            f"{r['seconds_ratio']:.1f}",
+            f"{p['min_ess_mean']:.0f} ± {p['min_ess_sd']:.0f} ({p['num_warmup']} burn-in)",
+            f"{i['min_ess_mean']:.0f} ± {i['min_ess_sd']:.0f} ({i['num_warmup']} burn-in)",
+        ])  # fmt: skip
+    return templating.table(header, lines)
 
 
 def _race_values(root: Path) -> dict:
@@ -459,13 +460,12 @@ def _projection_values(root: Path) -> dict:
     ]
     short = [c for c in cells if c not in full]
     best = max(full, key=_per_draw)
-    lines = [
-        "| target | sampler | measured protocol | gradients per iteration | "
-        "adaptation s | ms per draw (4 chains) | projected s | min ESS per draw | "
-        "projected min ESS/s (a) | (b) | FisherMALA min ESS/s | FisherMALA / NUTS (a) / "
-        "(b) |",
-        "|" + "---|" * 12,
-    ]
+    header = [
+        "target", "sampler", "measured protocol", "gradients per iteration", "adaptation s",
+        "ms per draw (4 chains)", "projected s", "min ESS per draw", "projected min ESS/s (a)",
+        "(b)", "FisherMALA min ESS/s", "FisherMALA / NUTS (a) / (b)",
+    ]  # fmt: skip
+    lines = []
     for c in short:
         p = c["protocol"]
         fisher = [
@@ -475,35 +475,35 @@ def _projection_values(root: Path) -> dict:
         ]
         projected, own, optimistic = _projection(c, best)
         leapfrogs = c["grad_evals"] / (p["chains"] * (p["nuts_warmup"] + p["samples"]))
-        lines.append(
-            f"| {c['target']} | {c['sampler']} | {p['nuts_warmup']} + {p['samples']} | "
-            f"{leapfrogs:.0f} | {c['seconds']['warmup']:.0f} | "
-            f"{c['seconds']['sampling'] / p['samples'] * 1e3:.0f} | {projected:.0f} | "
-            f"{_per_draw(c):.2f} | {own:.1f} | {optimistic:.1f} | {max(fisher):.1f} | "
-            f"{max(fisher) / own:.1f} / {max(fisher) / optimistic:.1f} |"
-        )
-    checks = [
-        "| target | sampler | shortened protocol | projected (a) | projected (b) | "
-        "measured at 1000 + 5000 |",
-        "|---|---|---|---|---|---|",
-    ]
+        lines.append([
+            c["target"], c["sampler"], f"{p['nuts_warmup']} + {p['samples']}",
+            f"{leapfrogs:.0f}", f"{c['seconds']['warmup']:.0f}",
+            f"{c['seconds']['sampling'] / p['samples'] * 1e3:.0f}", f"{projected:.0f}",
+            f"{_per_draw(c):.2f}", f"{own:.1f}", f"{optimistic:.1f}", f"{max(fisher):.1f}",
+            f"{max(fisher) / own:.1f} / {max(fisher) / optimistic:.1f}",
+        ])  # fmt: skip
+    checks = []
     between = True
     for path in sorted(root.glob("*/shortened/nuts_*.json")):
         old = json.loads(path.read_text())
         now = json.loads((path.parent.parent / path.name).read_text())
         _, own, optimistic = _projection(old, best)
         between &= own <= now["bulk_min_per_second"] <= optimistic
-        checks.append(
-            f"| {old['target']} | {old['sampler']} | {old['protocol']['nuts_warmup']} + "
-            f"{old['protocol']['samples']} | {own:.1f} | {optimistic:.1f} | "
-            f"{now['bulk_min_per_second']:.1f} |"
-        )
+        checks.append([
+            old["target"], old["sampler"],
+            f"{old['protocol']['nuts_warmup']} + {old['protocol']['samples']}",
+            f"{own:.1f}", f"{optimistic:.1f}", f"{now['bulk_min_per_second']:.1f}",
+        ])  # fmt: skip
     return {
         "short_targets": ", ".join(sorted({c["target"] for c in short})),
         "best_per_draw": f"{_per_draw(best):.2f}",
         "best_per_draw_cell": f"{best['target']}, {best['sampler']}",
-        "projection_table": "\n".join(lines),
-        "projection_check_table": "\n".join(checks),
+        "projection_table": templating.table(header, lines),
+        "projection_check_table": templating.table(
+            ["target", "sampler", "shortened protocol", "projected (a)", "projected (b)",
+             "measured at 1000 + 5000"],
+            checks,
+        ),
         "projection_verdict": (
             "Each measurement lies between (a) and (b)"
             if between
@@ -515,23 +515,23 @@ def _projection_values(root: Path) -> dict:
 def _driver_values() -> dict:
     c = _load("driver_checks.json")
     pb, mem = c["progress_bar"], c["memory"]
-    rows = [
-        "| initial sigma^2 | min ESS with the search (default) | min ESS without "
-        "(paper's rule only) |",
-        "|---|---|---|",
-    ]
+    rows = []
     by = {(r["search"], r["initial_step_size"]): r for r in c["initial_step_size"]}
     for guess in sorted({r["initial_step_size"] for r in c["initial_step_size"]}):
         a, b = by[(True, guess)], by[(False, guess)]
-        rows.append(
-            f"| {guess:g} | {a['min_ess_mean']:.0f} ± {a['min_ess_sd']:.0f} | "
-            f"{b['min_ess_mean']:.0f} ± {b['min_ess_sd']:.0f} |"
-        )
+        rows.append([
+            f"{guess:g}", f"{a['min_ess_mean']:.0f} ± {a['min_ess_sd']:.0f}",
+            f"{b['min_ess_mean']:.0f} ± {b['min_ess_sd']:.0f}",
+        ])  # fmt: skip
     return {
         "progress_with": f"{pb['seconds_with']:.2f}",
         "progress_without": f"{pb['seconds_without']:.2f}",
         "progress_ratio": f"{pb['ratio']:.3f}",
-        "initial_step_table": "\n".join(rows),
+        "initial_step_table": templating.table(
+            ["initial sigma^2", "min ESS with the search (default)",
+             "min ESS without (paper's rule only)"],
+            rows,
+        ),
         "memory_chains": mem["draws_shape"][0],
         "memory_draws": mem["draws_shape"][1],
         "memory_dim": mem["draws_shape"][2],
@@ -564,25 +564,23 @@ def _gpu_step_cost_section(data) -> str:
     The bound instead counts the passes over R at the datasheet bandwidth: frozen 2 reads;
     adaptive 3 reads plus the rank-one update's read and write.
     """
-    lines = [
-        "| target | d | chains | MALA µs | Fisher frozen µs | Fisher adaptive µs | "
-        "frozen / (2 passes at peak) | adaptive / (5 passes at peak) | "
-        "adaptive / MALA |",
-        "|" + "---|" * 9,
-    ]
+    header = [
+        "target", "d", "chains", "MALA µs", "Fisher frozen µs", "Fisher adaptive µs",
+        "frozen / (2 passes at peak)", "adaptive / (5 passes at peak)", "adaptive / MALA",
+    ]  # fmt: skip
+    lines = []
     for r in data["rows"]:
         m, d = r["us"], r["dim"]
         copies = 16 if r["chains"] == "16" else 1
         pass_us = copies * d * d * 4 / H200_PEAK_BANDWIDTH * 1e6
         mala_us = f"{m['mala']:.0f}" if "mala" in m else "-"
         over_mala = f"{m['adaptive_over_mala']:.2f}" if "adaptive_over_mala" in m else "-"
-        lines.append(
-            f"| {r['target']} | {d} | {r['chains']} | {mala_us} | "
-            f"{m['fisher_frozen']:.0f} | {m['fisher_adaptive']:.0f} | "
-            f"{m['fisher_frozen'] / (2 * pass_us):.2f} | "
-            f"{m['fisher_adaptive'] / (5 * pass_us):.2f} | {over_mala} |"
-        )
-    return "\n".join(lines)
+        lines.append([
+            r["target"], d, r["chains"], mala_us, f"{m['fisher_frozen']:.0f}",
+            f"{m['fisher_adaptive']:.0f}", f"{m['fisher_frozen'] / (2 * pass_us):.2f}",
+            f"{m['fisher_adaptive'] / (5 * pass_us):.2f}", over_mala,
+        ])  # fmt: skip
+    return templating.table(header, lines)
 
 
 def _gpu_values() -> dict:

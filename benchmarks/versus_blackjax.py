@@ -383,20 +383,19 @@ def render(root=RESULTS) -> str:
     The columns a reader compares; each cell's record also has median ESS, the paper's
     estimator's ESS, gradient counts and compile time.
     """
-    lines = [
-        "| target | sampler | min ESS bulk | min ESS/grad (bulk) | min ESS/s (bulk) | "
-        "min ESS/s (paper) | warm-up + sampling s | protocol |",
-        "|" + "---|" * 8,
-    ]
-    verdicts = []
+    header = [
+        "target", "sampler", "min ESS bulk", "min ESS/grad (bulk)", "min ESS/s (bulk)",
+        "min ESS/s (paper)", "warm-up + sampling s", "protocol",
+    ]  # fmt: skip
+    lines, verdicts = [], []
     for target, rows, fisher, others in _fisher_mala_rows(root):
         for s, r in rows.items():
             sec = r["seconds"]
-            lines.append(
-                f"| {target} | {s} | {r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
-                f"{r['bulk_min_per_second']:.1f} | {r['paper_min_per_second']:.1f} | "
-                f"{sec['warmup'] + sec['sampling']:.1f} | {_protocol(r)} |"
-            )
+            lines.append([
+                target, s, f"{r['bulk_min']:.0f}", f"{r['bulk_min_per_grad']:.2e}",
+                f"{r['bulk_min_per_second']:.1f}", f"{r['paper_min_per_second']:.1f}",
+                f"{sec['warmup'] + sec['sampling']:.1f}", _protocol(r),
+            ])  # fmt: skip
         if fisher and others:
             best_other = max(others, key=others.get)
             shortened = (
@@ -404,18 +403,15 @@ def render(root=RESULTS) -> str:
                 if _full_peer(rows[best_other])
                 else f" (shortened: {_protocol(rows[best_other])})"
             )
-            verdicts.append(
-                f"| {target} | {max(fisher):.1f} | {best_other} "
-                f"{others[best_other]:.1f}{shortened} | "
-                f"{max(fisher) / others[best_other]:.2f} |"
-            )
+            verdicts.append([
+                target, f"{max(fisher):.1f}",
+                f"{best_other} {others[best_other]:.1f}{shortened}",
+                f"{max(fisher) / others[best_other]:.2f}",
+            ])  # fmt: skip
     summary = [
-        "",
-        "| target | best FisherMALA min ESS/s | best BlackJAX sampler, min ESS/s | ratio |",
-        "|---|---|---|---|",
-        *verdicts,
-    ]
-    return "\n".join(lines + summary)
+        "target", "best FisherMALA min ESS/s", "best BlackJAX sampler, min ESS/s", "ratio"
+    ]  # fmt: skip
+    return templating.table(header, lines) + "\n\n" + templating.table(summary, verdicts)
 
 
 def _fisher_mala_rows(root):
@@ -467,12 +463,7 @@ def render_whitened(root=RESULTS) -> dict:
     """The Fisher NUTS race: min bulk ESS per second and per gradient, against the peers
     (tables, and the issue's goals counted)."""
     names = (*WHITENED, "fisher_mala", *PEERS)
-    lines = [
-        "| target | d | " + " | ".join(names) + " | Fisher NUTS / best peer |",
-        "|" + "---|" * (len(names) + 3),
-    ]
-    per_grad = ["| target | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
-    cost = list(per_grad)
+    lines, per_grad, cost = [], [], []
     wins, grad_wins, below = [], [], []
     for target in (*TARGETS, *POSTERIORDB):
         rows = {
@@ -505,17 +496,19 @@ def render_whitened(root=RESULTS) -> dict:
         if "nutpie_low_rank" in rows and target in DENSE_CORRELATED:
             best = max(rows[s]["bulk_min_per_grad"] for s in WHITENED[:2] if s in rows)
             grad_wins.append(best > rows["nutpie_low_rank"]["bulk_min_per_grad"])
-        lines.append(f"| {target} | {dim} | " + " | ".join(cells) + f" | {ratio} |")
-        per_grad.append(f"| {target} | " + " | ".join(grads) + " |")
+        lines.append([target, dim, *cells, ratio])
+        per_grad.append([target, *grads])
         micro = [
             f"{1e6 * _seconds(rows[s]) / rows[s]['grad_evals']:.1f}" if s in rows else ""
             for s in names
         ]
-        cost.append(f"| {target} | " + " | ".join(micro) + " |")
+        cost.append([target, *micro])
     return {
-        "race_table": "\n".join(lines),
-        "race_per_grad_table": "\n".join(per_grad),
-        "race_cost_table": "\n".join(cost),
+        "race_table": templating.table(
+            ["target", "d", *names, "Fisher NUTS / best peer"], lines
+        ),
+        "race_per_grad_table": templating.table(["target", *names], per_grad),
+        "race_cost_table": templating.table(["target", *names], cost),
         "race_wins": sum(wins),
         "race_targets": len(wins),
         "race_below": ", ".join(below) or "none",
@@ -568,18 +561,16 @@ def render_handover(root=HANDOVER, main_root=RESULTS) -> str:
         (k for k, v in cells.items() if len(v) > 1),
         key=lambda k: ((*TARGETS, *POSTERIORDB).index(k[0]), -k[2], k[1]),
     )
-    lines = [
-        "| target | sampler | damping | " + " | ".join(f"warm-up {w}" for w in warmups) + " |",
-        "|" + "---|" * (len(warmups) + 3),
-    ]
+    header = ["target", "sampler", "damping", *(f"warm-up {w}" for w in warmups)]
+    lines = []
     for target, sampler, damping in keys:
         by_w = cells[(target, sampler, damping)]
         row = [
             f"{by_w[w]['bulk_min_per_second']:.0f} ({by_w[w]['bulk_min']:.0f})" if w in by_w else ""
             for w in warmups
         ]
-        lines.append(f"| {target} | {sampler} | {damping:g} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        lines.append([target, sampler, f"{damping:g}", *row])
+    return templating.table(header, lines)
 
 
 def render_damping(main_root=RESULTS) -> str:
@@ -589,7 +580,7 @@ def render_damping(main_root=RESULTS) -> str:
     )
     dampings = sorted({k[2] for k in cells}, reverse=True)
     heads = [f"{s}, damping {d:g}" for d in dampings for s in WHITENED[:2]]
-    lines = ["| target | " + " | ".join(heads) + " |", "|" + "---|" * (len(heads) + 1)]
+    lines = []
     for target in (*TARGETS, *POSTERIORDB):
         row = []
         for damping in dampings:
@@ -597,8 +588,8 @@ def render_damping(main_root=RESULTS) -> str:
                 r = cells.get((target, sampler, damping), {}).get(FULL_PROTOCOL["fisher_warmup"])
                 row.append(f"{r['bulk_min_per_grad']:.3f} ({r['bulk_min']:.0f})" if r else "")
         if sum(bool(c) for c in row) > 2:
-            lines.append(f"| {target} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+            lines.append([target, *row])
+    return templating.table(["target", *heads], lines)
 
 
 #: Fisher NUTS with the stopping rule on and off, by warm-up length
@@ -620,20 +611,19 @@ def render_repeats(root=REPEATS) -> dict:
             cells.setdefault((record["target"], record["sampler"]), []).append(
                 record["bulk_min_per_second"]
             )
-    lines = ["| target | sampler | min ESS/s, each run | median |", "|---|---|---|---|"]
-    for (target, sampler), values in sorted(cells.items()):
-        lines.append(
-            f"| {target} | {sampler} | {', '.join(f'{v:.0f}' for v in values)} | "
-            f"{np.median(values):.0f} |"
-        )
-    return {"repeats": len(runs), "repeats_table": "\n".join(lines)}
+    lines = [
+        [target, sampler, ", ".join(f"{v:.0f}" for v in values), f"{np.median(values):.0f}"]
+        for (target, sampler), values in sorted(cells.items())
+    ]
+    header = ["target", "sampler", "min ESS/s, each run", "median"]
+    return {"repeats": len(runs), "repeats_table": templating.table(header, lines)}
 
 
 def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
     """Fisher NUTS with R frozen after the Fisher phase against R learning from its draws."""
     variants = sorted(root.glob("n0_*"), key=lambda p: float(p.name[3:]))
     head = ["frozen R", *[f"learning, n0 = {p.name[3:]}" for p in variants]]
-    lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    lines = []
     # The learning variants run the whole Fisher phase (the stopping rule needs a frozen
     # R), so the frozen R they are compared with is the whole phase's too, when measured.
     frozen_roots = [
@@ -664,20 +654,20 @@ def render_keep_learning(root=KEEP_LEARNING, main_root=RESULTS) -> dict:
         dampings.add(damping)
         rows = [frozen[0], *learning]
         cells = [f"{r['bulk_min_per_second']:.0f} ({r['bulk_min_per_grad']:.3f})" for r in rows]
-        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+        lines.append([target, *cells])
     return {
-        "keep_learning_table": "\n".join(lines),
+        "keep_learning_table": templating.table(["target", *head], lines),
         "keep_learning_damping": ", ".join(f"{d:g}" for d in sorted(dampings)),
     }
 
 
 def render_stopping(root=STOPPING) -> str:
     """Fisher NUTS with the Fisher phase ended by the stopping rule or run in full."""
-    lines = [
-        "| target | warm-up | Fisher iterations with the rule | min ESS/s, full / rule | "
-        "min ESS per gradient, full / rule |",
-        "|---|---|---|---|---|",
-    ]
+    header = [
+        "target", "warm-up", "Fisher iterations with the rule", "min ESS/s, full / rule",
+        "min ESS per gradient, full / rule",
+    ]  # fmt: skip
+    lines = []
     warmups = sorted(int(p.name.removeprefix("warmup_")) for p in root.glob("warmup_*"))
     for target in (*TARGETS, *POSTERIORDB):
         for warmup in warmups:
@@ -695,12 +685,12 @@ def render_stopping(root=STOPPING) -> str:
                 for n in range(num_fisher + 1)
                 if n + warm.tuning_steps(warmup, n) == on["warmup_iterations"]
             )
-            lines.append(
-                f"| {target} | {warmup} | {used} of {num_fisher} | "
-                f"{off['bulk_min_per_second']:.0f} / {on['bulk_min_per_second']:.0f} | "
-                f"{off['bulk_min_per_grad']:.3f} / {on['bulk_min_per_grad']:.3f} |"
-            )
-    return "\n".join(lines)
+            lines.append([
+                target, warmup, f"{used} of {num_fisher}",
+                f"{off['bulk_min_per_second']:.0f} / {on['bulk_min_per_second']:.0f}",
+                f"{off['bulk_min_per_grad']:.3f} / {on['bulk_min_per_grad']:.3f}",
+            ])  # fmt: skip
+    return templating.table(header, lines)
 
 
 #: Fisher NUTS by the step-size phase's dual-averaging target
@@ -715,7 +705,7 @@ def render_acceptance(root=ACCEPTANCE) -> dict:
     )
     base = [float(a) for a in accepts].index(NUTS_TARGET_ACCEPTANCE)  # ratios to the default
     head = [f"acceptance {a}" for a in accepts]
-    lines = ["| target | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    lines = []
     ratios = []
     for target in (*TARGETS, *POSTERIORDB):
         rows = [cells.load(root / f"accept_{a}" / target / "fisher_nuts.json") for a in accepts]
@@ -724,14 +714,13 @@ def render_acceptance(root=ACCEPTANCE) -> dict:
         per_draw = [
             r["grad_evals"] / (r["protocol"]["chains"] * r["protocol"]["samples"]) for r in rows
         ]
-        lines.append(
-            f"| {target} | "
-            + " | ".join(
+        lines.append([
+            target,
+            *(
                 f"{r['bulk_min_per_grad']:.3f} ({np.mean(r['step_size']):.2f}, {g:.1f})"
                 for r, g in zip(rows, per_draw, strict=True)
-            )
-            + " |"
-        )
+            ),
+        ])  # fmt: skip
         ratios.append([r["bulk_min_per_grad"] / rows[base]["bulk_min_per_grad"] for r in rows])
     ratios = np.asarray(ratios)
     summary = [
@@ -741,7 +730,7 @@ def render_acceptance(root=ACCEPTANCE) -> dict:
         if i != base
     ]
     return {
-        "acceptance_table": "\n".join(lines),
+        "acceptance_table": templating.table(["target", *head], lines),
         "acceptance_default": accepts[base],
         "acceptance_summary": "; ".join(summary),
     }
@@ -756,7 +745,7 @@ def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
         for c in counts
         for m in ("vectorized", "sequential")
     ]
-    lines = ["| target | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    lines = []
     for target in dict.fromkeys(r["target"] for r in rows):
         cells = [
             ", ".join(
@@ -767,8 +756,8 @@ def render_chain_method(path=RESULTS.parent / "chain_method.json") -> str:
             for c in counts
             for m in ("vectorized", "sequential")
         ]
-        lines.append(f"| {target} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([target, *cells])
+    return templating.table(["target", *heads], lines)
 
 
 def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
@@ -776,10 +765,11 @@ def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
 
     Seconds are not comparable across devices; ESS per gradient is.
     """
-    lines = [
-        "| sampler | device | warm-up + draws | min bulk ESS | min ESS per gradient | min ESS/s |",
-        "|---|---|---|---|---|---|",
-    ]
+    header = [
+        "sampler", "device", "warm-up + draws", "min bulk ESS", "min ESS per gradient",
+        "min ESS/s",
+    ]  # fmt: skip
+    lines = []
     for root in roots:
         for sampler in (*WHITENED, "fisher_mala", "fisher_mala_pooled", *PEERS):
             path = root / "mnist56" / f"{sampler}.json"
@@ -790,12 +780,11 @@ def render_mnist(roots=(RESULTS.parent / "race_gpu", RESULTS)) -> str:
             warmup = p["fisher_warmup"] if sampler.startswith("fisher") else p["nuts_warmup"]
             device = "CPU (2 cores)" if r.get("device_kind", "cpu") == "cpu" else r["device_kind"]
             name = f"{sampler} (damping {_damping(r):g})" if sampler in WHITENED else sampler
-            lines.append(
-                f"| {name} | {device} | {warmup} + {p['samples']} | "
-                f"{r['bulk_min']:.0f} | {r['bulk_min_per_grad']:.2e} | "
-                f"{r['bulk_min_per_second']:.3g} |"
-            )
-    return "\n".join(lines)
+            lines.append([
+                name, device, f"{warmup} + {p['samples']}", f"{r['bulk_min']:.0f}",
+                f"{r['bulk_min_per_grad']:.2e}", f"{r['bulk_min_per_second']:.3g}",
+            ])  # fmt: skip
+    return templating.table(header, lines)
 
 
 DOCS_PAGE = RESULTS.parents[2] / "docs" / "fisher_nuts.md"
