@@ -99,8 +99,26 @@ def run_case(name):
         }
 
 
+def machine() -> str:
+    """What XLA:CPU's code generation depends on: the architecture and the CPU's flags."""
+    import hashlib
+    import platform
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as file:
+            flags = next((line for line in file if line.startswith("flags")), "")
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return f"{platform.machine()}-{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
+
+
 def record():
-    arrays = {"jax_version": np.array(jax.__version__), "platform": np.array(sys.platform)}
+    arrays = {
+        "jax_version": np.array(jax.__version__),
+        "platform": np.array(sys.platform),
+        "machine": np.array(machine()),
+    }
     for name in CASES:
         for field, value in run_case(name).items():
             arrays[f"{name}/{field}"] = value

@@ -1,29 +1,28 @@
 """The draws of every built-in sampler for fixed keys, against a recording.
 
 Recorded by ``python tests/golden_cases.py`` before a restructuring; a change that keeps
-the arithmetic keeps them bit-identical with the jax version that recorded them. Under
-another jax version XLA may round differently, so there the draws must agree to 1e-8
-relative (float64; 1e-4 for float32) instead of bit for bit.
+the arithmetic keeps them bit-identical. XLA may round differently under another jax
+version or on another CPU (its code generation follows the CPU's instruction set), and a
+single rounding can flip an accept/reject decision and change the rest of a chain: there
+the recording says nothing, and the test is skipped (record again before restructuring).
 """
 
 import jax
 import numpy as np
 import pytest
-from golden_cases import CASES, PATH, run_case
+from golden_cases import CASES, PATH, machine, run_case
 
 _RECORDED = np.load(PATH)
-_SAME_JAX = str(_RECORDED["jax_version"]) == jax.__version__
+_SAME = str(_RECORDED["jax_version"]) == jax.__version__ and (
+    "machine" in _RECORDED and str(_RECORDED["machine"]) == machine()
+)
 
 
+@pytest.mark.skipif(not _SAME, reason="recorded with another jax or CPU: rerecord first")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_draws_match_the_recording(name):
     out = run_case(name)
-    float32 = CASES[name][2] == "float32"
     for field, value in out.items():
         expected = _RECORDED[f"{name}/{field}"]
         assert value.shape == expected.shape, (name, field)
-        if _SAME_JAX:
-            np.testing.assert_array_equal(value, expected, err_msg=f"{name}/{field}")
-        else:
-            rtol = 1e-4 if float32 else 1e-8
-            np.testing.assert_allclose(value, expected, rtol=rtol, atol=rtol, err_msg=name)
+        np.testing.assert_array_equal(value, expected, err_msg=f"{name}/{field}")
