@@ -40,7 +40,7 @@ from fisher_mala.adaptations.step_size import (
     robbins_monro,
 )
 from fisher_mala.base import ArrayTree, SamplingAlgorithm, sampling_algorithm
-from fisher_mala.mala import MALAState
+from fisher_mala.mala import MALAState, take_move
 from fisher_mala.pytree import ravel
 from fisher_mala.square_roots import CholeskySqrt
 
@@ -104,12 +104,7 @@ def build_kernel() -> Callable:
 
     def kernel(rng_key, state: AdaMALAState, logdensity_fn: Callable):
         moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
-        return state._replace(
-            position=moved.position,
-            logdensity=moved.logdensity,
-            logdensity_grad=moved.logdensity_grad,
-            whitened_grad=moved.whitened_grad,
-        ), info
+        return take_move(state, moved), info
 
     return kernel
 

@@ -31,11 +31,11 @@ The checks and their thresholds:
 * ``nonfinite``: more than 1% of the sampling phase's proposals had a NaN or infinite log
   density or gradient. Each is rejected, so a region where the gradient (or the density)
   is not finite but the target has mass is never entered, and the draws miss it
-  silently: N(0, I) with a NaN gradient for ``x0 > 1`` gave ``P(x0 > 1) = 0`` instead of
-  0.159 with 22% of proposals non-finite. The finding names where the region is: the
-  coordinates of the failing proposals' mean position (MALA-type kernels report their
-  proposals; for others, the chains' positions when proposals failed) farthest, in
-  posterior standard deviations, from the posterior mean.
+  silently: on N(0, I) with a NaN gradient for ``x0 > 1`` no draw has ``x0 > 1``, where
+  the target has mass 0.159 (``tests/reliability/test_faults.py``). The finding names
+  where the region is: the coordinates of the failing proposals' mean position (MALA-type
+  kernels report their proposals; for others, the chains' positions when proposals
+  failed) farthest, in posterior standard deviations, from the posterior mean.
 """
 
 from __future__ import annotations

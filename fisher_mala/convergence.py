@@ -107,14 +107,28 @@ def _rhat_basic(x: np.ndarray) -> np.ndarray:
     return np.sqrt((between / within + num_draws - 1) / num_draws)
 
 
+def _rank_rhat(split: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """R-hat of the split chains' normal scores ``z`` and of their folded ones."""
+    folded = np.abs(split - np.median(split, axis=(0, 1)))
+    return np.maximum(_rhat_basic(z), _rhat_basic(z_scale(folded)))
+
+
+def _tail(clean: np.ndarray, prob, relative: bool) -> np.ndarray:
+    """The smaller ESS of the indicators ``x <= q`` at the two quantiles of ``prob``."""
+    low, high = np.quantile(clean, sorted(prob), axis=(0, 1))
+    return np.minimum(
+        ess(split_chains((clean <= low).astype(np.float64)), relative),
+        ess(split_chains((clean <= high).astype(np.float64)), relative),
+    )
+
+
 def rhat(x: np.ndarray) -> np.ndarray:
     """Rank-normalized split R-hat: the larger of the bulk and the folded (tail) values."""
     x = np.asarray(x, np.float64)
     bad = _invalid(x, min_chains=2)
     split = split_chains(x)
-    folded = np.abs(split - np.median(split, axis=(0, 1)))
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.maximum(_rhat_basic(z_scale(split)), _rhat_basic(z_scale(folded)))
+        value = _rank_rhat(split, z_scale(split))
     return np.where(bad, np.nan, value)
 
 
@@ -178,13 +192,8 @@ def ess_tail(x: np.ndarray, prob=(0.05, 0.95), relative: bool = False) -> np.nda
     """Tail ESS: the smaller ESS of the indicators ``x <= q`` at the two quantiles."""
     x = np.asarray(x, np.float64)
     bad = _invalid(x, min_chains=1)
-    x = np.where(bad, 0.0, x)
-    low, high = np.quantile(x, sorted(prob), axis=(0, 1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.minimum(
-            ess(split_chains((x <= low).astype(np.float64)), relative),
-            ess(split_chains((x <= high).astype(np.float64)), relative),
-        )
+        value = _tail(np.where(bad, 0.0, x), prob, relative)
     return np.where(bad, np.nan, value)
 
 
@@ -225,17 +234,9 @@ def rhat_and_ess(x: np.ndarray, prob=(0.05, 0.95)):
     with np.errstate(invalid="ignore", divide="ignore"):
         z = z_scale(split)
         bulk = ess(z)
-        if num_chains >= 2:
-            folded = np.abs(split - np.median(split, axis=(0, 1)))
-            rhat_value = np.maximum(_rhat_basic(z), _rhat_basic(z_scale(folded)))
-        else:
-            rhat_value = np.full(x.shape[-1], np.nan)
-        low, high = np.quantile(clean, sorted(prob), axis=(0, 1))
-        tail = np.minimum(
-            ess(split_chains((clean <= low).astype(np.float64))),
-            ess(split_chains((clean <= high).astype(np.float64))),
-        )
-    nan = np.full(x.shape[-1], np.nan)
+        nan = np.full(x.shape[-1], np.nan)
+        rhat_value = _rank_rhat(split, z) if num_chains >= 2 else nan
+        tail = _tail(clean, prob, False)
     return np.where(bad, nan, rhat_value), np.where(bad, nan, bulk), np.where(bad, nan, tail)
 
 

@@ -60,7 +60,7 @@ from fisher_mala.adaptations.step_size import (
     robbins_monro,
 )
 from fisher_mala.base import ArrayTree, SamplingAlgorithm, SamplingAPI
-from fisher_mala.mala import MALAInfo, MALAState
+from fisher_mala.mala import MALAInfo, kernel_view, take_move
 from fisher_mala.pytree import ravel
 
 __all__ = [
@@ -70,7 +70,6 @@ __all__ = [
     "FisherMALAInfo",
     "init",
     "state_from",
-    "mala_state",
     "build_kernel",
     "adaptive_step",
     "refresh_trace",
@@ -180,18 +179,6 @@ def state_from(
     )
 
 
-def mala_state(state: FisherMALAState) -> MALAState:
-    """The preconditioned MALA kernel's view of a FisherMALA state (no copy)."""
-    return MALAState(
-        state.position,
-        state.logdensity,
-        state.logdensity_grad,
-        state.sqrt_precond,
-        state.trace_precond,
-        state.whitened_grad,
-    )
-
-
 def build_kernel() -> Callable:
     """The frozen FisherMALA kernel: preconditioned MALA with the state's ``R`` and
     ``sigma^2`` (the sampling phase; two passes over ``R`` per step).
@@ -205,19 +192,10 @@ def build_kernel() -> Callable:
     mala_kernel = mala.build_kernel()
 
     def kernel(rng_key, state: FisherMALAState, logdensity_fn: Callable):
-        moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
-        return _merge(state, moved), info
+        after, info = mala_kernel(rng_key, kernel_view(state), logdensity_fn, state.step_size)
+        return take_move(state, after), info
 
     return kernel
-
-
-def _merge(state: FisherMALAState, moved: MALAState) -> FisherMALAState:
-    return state._replace(
-        position=moved.position,
-        logdensity=moved.logdensity,
-        logdensity_grad=moved.logdensity_grad,
-        whitened_grad=moved.whitened_grad,
-    )
 
 
 def adaptive_step(
@@ -249,7 +227,7 @@ def adaptive_step(
 
     def step(rng_key, state: FisherMALAState, logdensity_fn: Callable):
         # 1. preconditioned MALA with the R of the state (u_x = R^T g_x cached with it)
-        moved, info = mala_kernel(rng_key, mala_state(state), logdensity_fn, state.step_size)
+        moved, info = mala_kernel(rng_key, kernel_view(state), logdensity_fn, state.step_size)
         # 2. the Fisher adaptation, fed the whitened signal (no pass over R)
         phi = whitened_signal(
             signal,

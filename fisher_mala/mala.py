@@ -37,6 +37,8 @@ __all__ = [
     "init",
     "state_from",
     "with_sqrt_precond",
+    "kernel_view",
+    "take_move",
     "build_kernel",
     "as_top_level_api",
     "mala",
@@ -116,6 +118,23 @@ def with_sqrt_precond(state: MALAState, sqrt_precond) -> MALAState:
     trace = None if sqrt_precond is None else square_roots.trace(sqrt_precond)
     whitened = square_roots.whiten(sqrt_precond, ravel(state.logdensity_grad))
     return state._replace(sqrt_precond=sqrt_precond, trace_precond=trace, whitened_grad=whitened)
+
+
+def kernel_view(state) -> MALAState:
+    """The kernel's view of a larger state that has its six fields (FisherMALA's, pooled
+    FisherMALA's), without copying anything."""
+    return MALAState(*(getattr(state, name) for name in MALAState._fields))
+
+
+def take_move(state, after: MALAState):
+    """``state`` with what one kernel step moves (position, log density, gradient and
+    whitened gradient) taken from ``after``, the kernel's new state."""
+    return state._replace(
+        position=after.position,
+        logdensity=after.logdensity,
+        logdensity_grad=after.logdensity_grad,
+        whitened_grad=after.whitened_grad,
+    )
 
 
 def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond=None) -> MALAState:

@@ -47,7 +47,7 @@ from fisher_mala.adaptations.step_size import (
     robbins_monro,
 )
 from fisher_mala.base import ArrayTree, SamplingAlgorithm, sampling_algorithm
-from fisher_mala.mala import MALAState
+from fisher_mala.mala import MALAState, kernel_view, take_move
 from fisher_mala.sqrt_precond import initial_sqrt_precond
 
 __all__ = [
@@ -123,18 +123,6 @@ def init(positions: ArrayTree, logdensity_fn: Callable, step_size, damping=10.0)
     return state_from(positions, logdensity, grad, step_size, damping)
 
 
-def _chains_of(state: PooledFisherState) -> MALAState:
-    """The chains as a batch of preconditioned MALA states (``R`` shared, not copied)."""
-    return MALAState(
-        state.position,
-        state.logdensity,
-        state.logdensity_grad,
-        state.sqrt_precond,
-        state.trace_precond,
-        state.whitened_grad,
-    )
-
-
 #: The preconditioned MALA kernel over the chains: their own keys, positions and M-H
 #: tests; ``R``, its trace and ``sigma^2`` shared (not batched).
 _CHAIN_AXES = (0, MALAState(0, 0, 0, None, None, 0), None)
@@ -147,14 +135,8 @@ def _move_chains(rng_key, state: PooledFisherState, logdensity_fn: Callable):
     moved, info = jax.vmap(
         lambda key, chain, step_size: kernel(key, chain, logdensity_fn, step_size),
         in_axes=_CHAIN_AXES,
-    )(keys, _chains_of(state), state.step_size)
-    moved_state = state._replace(
-        position=moved.position,
-        logdensity=moved.logdensity,
-        logdensity_grad=moved.logdensity_grad,
-        whitened_grad=moved.whitened_grad,
-    )
-    return moved_state, info
+    )(keys, kernel_view(state), state.step_size)
+    return take_move(state, moved), info
 
 
 def build_kernel() -> Callable:

@@ -152,6 +152,7 @@ def test_a_region_with_a_nan_gradient_is_named_not_silently_missed():
     with pytest.warns(fm.SamplingWarning, match="nonfinite|NaN or infinite") as record:
         r = fm.sample(jax.random.key(1), "fisher_mala", nan_gradient_beyond_one,
                       jnp.zeros((4, 3)), num_warmup=1500, num_samples=1500)
+    assert np.asarray(r.samples)[..., 0].max() <= 1.0  # the silent bias: P(x0 > 1) = 0.159
     finding = fm.diagnose(r)["nonfinite"]
     assert finding is not None and finding.details["share"] > 0.05
     name, value, z = finding.details["where"][0]
