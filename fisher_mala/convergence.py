@@ -20,6 +20,7 @@ plotting path (:func:`fisher_mala.diagnostics.to_arviz`).
 """
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -58,31 +59,54 @@ def split_chains(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
 
 
+def _sorted_runs(rows: np.ndarray):
+    """One sort of every row: ``(order, twice_rank)``, where ``order`` is the flat index
+    of each value in sorted order and ``twice_rank[j] = 2 r - 2`` for the value ranked
+    ``j``-th, ``r`` its 1-based average rank (ties share the mean of their ranks)."""
+    num_rows, size = rows.shape
+    order = np.argsort(rows, axis=-1)  # ties get their average rank: any order will do
+    order += (np.arange(num_rows) * size)[:, None]
+    order = order.ravel()
+    ordered = rows.ravel()[order]
+    starts_run = np.empty(ordered.size, bool)  # a new value, or a new row
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
+    starts_run[::size] = True
+    run_starts = np.flatnonzero(starts_run)
+    run_lengths = np.diff(np.append(run_starts, ordered.size))
+    twice = np.repeat(2 * run_starts + run_lengths - 1, run_lengths).reshape(num_rows, size)
+    twice -= (2 * size * np.arange(num_rows))[:, None]
+    return order, twice.ravel()
+
+
 def average_ranks(rows: np.ndarray) -> np.ndarray:
     """1-based ranks along the last axis, ties given their average rank (as
     ``scipy.stats.rankdata(method="average")``), from one sort of every row."""
-    order = np.argsort(rows, axis=-1)  # ties get their average rank: any order will do
-    ordered = np.take_along_axis(rows, order, axis=-1)
+    rows = np.asarray(rows)
+    flat = rows.reshape(-1, rows.shape[-1])
+    order, twice = _sorted_runs(flat)
+    ranks = np.empty(flat.size, np.float64)
+    ranks[order] = twice / 2.0 + 1.0
+    return ranks.reshape(rows.shape)
+
+
+def _normal_scores_of_rows(rows: np.ndarray) -> np.ndarray:
+    """Blom's normal scores of each row's average ranks. ``ndtri`` is evaluated once per
+    possible rank (half-integers ``1 .. size``) and looked up, not once per value."""
+    from scipy.special import ndtri  # scipy comes with ArviZ; imported when first needed
+
     size = rows.shape[-1]
-    index = np.broadcast_to(np.arange(size), rows.shape)
-    differs = ordered[..., 1:] != ordered[..., :-1]
-    starts_run = np.concatenate([np.ones((*rows.shape[:-1], 1), bool), differs], axis=-1)
-    ends_run = np.concatenate([differs, np.ones((*rows.shape[:-1], 1), bool)], axis=-1)
-    start = np.maximum.accumulate(np.where(starts_run, index, 0), axis=-1)
-    end = np.minimum.accumulate(np.where(ends_run, index, size)[..., ::-1], axis=-1)[..., ::-1]
-    ranks = np.empty(rows.shape, np.float64)
-    np.put_along_axis(ranks, order, (start + end) / 2.0 + 1.0, axis=-1)
-    return ranks
+    order, twice = _sorted_runs(rows)
+    ranks = np.arange(2 * size - 1) / 2.0 + 1.0  # every average rank there can be
+    table = ndtri((ranks - BLOM_OFFSET) / (size - 2 * BLOM_OFFSET + 1))
+    scores = np.empty(rows.size, np.float64)
+    scores[order] = table[twice]
+    return scores.reshape(rows.shape)
 
 
 def z_scale(x: np.ndarray) -> np.ndarray:
     """Normal scores of the ranks of each coordinate over all chains and draws."""
-    from scipy.special import ndtri  # scipy comes with ArviZ; imported when first needed
-
     rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]).T)  # (D, C N)
-    size = rows.shape[-1]
-    scores = ndtri((average_ranks(rows) - BLOM_OFFSET) / (size - 2 * BLOM_OFFSET + 1))
-    return scores.T.reshape(x.shape)
+    return _normal_scores_of_rows(rows).T.reshape(x.shape)
 
 
 def autocovariance(x: np.ndarray) -> np.ndarray:
@@ -255,8 +279,21 @@ def coordinate_blocks(x: np.ndarray, budget_bytes: int):
 
 def by_coordinate_blocks(fn, x: np.ndarray, budget_bytes: int):
     """``fn(x[..., block])`` over :func:`coordinate_blocks`, outputs joined on their last
-    axis (``fn`` returns an array or a tuple of arrays)."""
-    outs = [fn(x[..., block]) for block in coordinate_blocks(x, budget_bytes)]
+    axis (``fn`` returns an array or a tuple of arrays).
+
+    The blocks run on a thread per core (NumPy's sorts, FFTs and reductions release the
+    GIL), the budget shared between the blocks in flight.
+    """
+    workers = max(1, min(os.cpu_count() or 1, x.shape[-1]))
+    blocks = coordinate_blocks(x, budget_bytes // workers)
+    if len(blocks) < workers:  # small enough to fit in one block: still use every core
+        width = -(-x.shape[-1] // workers)
+        blocks = [slice(i, i + width) for i in range(0, x.shape[-1], width)]
+    if len(blocks) == 1:
+        outs = [fn(x[..., blocks[0]])]
+    else:
+        with ThreadPoolExecutor(min(workers, len(blocks))) as pool:
+            outs = list(pool.map(lambda block: fn(x[..., block]), blocks))
     if isinstance(outs[0], tuple):
         return tuple(np.concatenate(parts, axis=-1) for parts in zip(*outs, strict=True))
     return np.concatenate(outs, axis=-1)
