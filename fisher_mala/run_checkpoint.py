@@ -9,8 +9,12 @@ fingerprint of the run. Calling ``fm.sample`` again with the same arguments and 
 uninterrupted run (the keys of every iteration are derived from the run's key and the
 iteration's index, so nothing random is lost). A checkpoint of another run (another
 sampler, options, length, dimension, dtype, key or starting points) is refused, naming
-what differs. The warm-up itself is not split: a run killed during its warm-up starts it
-again.
+what differs. The warm-ups that are schedules of compiled phases (every sampler but
+Fisher NUTS / HMC) run in segments of at most ``n`` iterations, the run saved after each
+(the chain's state inside its phase, the adaptation's state and the acceptance
+statistics so far), so a run killed during its warm-up resumes there too; Fisher NUTS and
+Fisher HMC, whose warm-up makes choices on the host between its compiled stages, save
+when it ends, and a run killed during it starts it again.
 """
 
 import hashlib
@@ -89,9 +93,24 @@ class RunCheckpoint:
                 f"{', '.join(differs)}); pass the same arguments to resume it, or another "
                 "`checkpoint` path to start a new run."
             )
-        return {**tree, "timings": meta["timings"], "done": int(meta["done"])}
+        stage = meta.get("stage", "sampling")
+        return {**tree, "timings": meta["timings"], "done": int(meta["done"]), "stage": stage}
 
     def save(self, states, parameters, info, done: int, draws, timings) -> None:
+        """The run in its sampling phase: ``done`` draws made."""
         tree = {"states": states, "parameters": parameters, "info": info, "draws": draws}
         meta = {"identity": self.identity, "done": int(done), "timings": list(timings)}
+        save_tree(self.path, tree, meta)
+
+    def save_warmup(self, states, start, rates, trace, done: int, timings) -> None:
+        """The run inside its warm-up: ``done`` of its segments run
+        (:func:`fisher_mala.schedule.segments`), with the per-iteration acceptance
+        statistics and snapshots so far."""
+        tree = {"states": states, "start": start, "rates": rates, "trace": trace}
+        meta = {
+            "identity": self.identity,
+            "done": int(done),
+            "timings": list(timings),
+            "stage": "warmup",
+        }
         save_tree(self.path, tree, meta)

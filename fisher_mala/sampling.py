@@ -658,9 +658,14 @@ class _Run:
         with sqrt_precond_sharding(self.mesh):  # R's rows over a "precond" axis, if any
             saved = self.checkpoint.load() if self.checkpoint is not None else None
             done, after = 0, None
-            if saved is None:
-                out = self.warm_up(keys, positions, data)
+            in_parts = self.checkpoint is not None and not getattr(warmup, "staged", False)
+            if saved is None or saved["stage"] == "warmup":
+                if in_parts:
+                    out = _warm_up_in_parts(self, keys, positions, data, saved)
+                else:
+                    out = self.warm_up(keys, positions, data)
                 ((states, parameters), info), compile_w, seconds_w = out
+                saved = None
             else:  # resume: the warm-up's outcome and the draws done, as saved
                 states, parameters, info = jax.tree.map(
                     jnp.asarray, (saved["states"], saved["parameters"], saved["info"])
@@ -695,6 +700,78 @@ class _Run:
             parameters, info, final = _to_host((parameters, info, final))
             out = (parameters, info, final, samples, stats, self.failed)
         return out, (compile_w + compile_s, seconds_w, seconds_s)
+
+
+def _warmup_part(run: "_Run", batched: bool, part: str, segment=None):
+    """The runner of one part of a checkpointed warm-up (``"start"``, ``"advance"`` of
+    ``segment``, ``"finish"``): ``(keys, positions, states, (data, offset)) -> out``."""
+
+    def call(key, position, state, shared):
+        data, offset = shared
+        warmup = run.warmup(data)
+        key = jax.random.fold_in(key, 0)
+        if part == "start":
+            return warmup.start(key, position, run.num_warmup)
+        if part == "advance":
+            return warmup.advance(
+                key, position, state, run.num_warmup, segment, offset, run.bars[0]
+            )
+        return warmup.finish(position, state, run.num_warmup)
+
+    if batched:
+        return lambda keys, xs, states, shared: call(keys[0], xs, states, shared)
+    return lambda keys, xs, states, shared: run.map_chains(call, keys, xs, states, data=shared)
+
+
+def _join_parts(parts: list, axis_of):
+    """Per-segment outputs joined on their iteration (or snapshot) axis,
+    ``axis_of(part)``."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    axis = axis_of(parts[0])
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=axis), *parts)
+
+
+def _warm_up_in_parts(run: "_Run", keys, positions, data, saved):
+    """The warm-up in segments of at most ``checkpoint_every`` iterations
+    (:func:`~fisher_mala.schedule.segments`), the run saved after each; resumed from
+    ``saved`` (a warm-up checkpoint) when given. Returns what :meth:`_Run.warm_up` does."""
+    warmup = run.warmup(data)
+    batched = getattr(warmup, "batched", False)
+    parts = warmup.segments(run.num_warmup, positions, run.checkpoint.every or run.num_warmup)
+    compiled, seconds = {}, {"compile": 0.0, "run": 0.0}
+
+    def call(part, states, offset=0, segment=None):
+        shared = (data, jnp.asarray(offset, jnp.int32))
+        if (part, segment) not in compiled:
+            runner = _warmup_part(run, batched, part, segment)
+            compiled[part, segment], c = _compile(runner, keys, positions, states, shared)
+            seconds["compile"] += c
+        out, r = _run(compiled[part, segment], keys, positions, states, shared)
+        seconds["run"] += r
+        return out
+
+    if saved is None:
+        (states, start), done, rates, traces = call("start", None), 0, [], []
+    else:
+        states, start = jax.tree.map(jnp.asarray, (saved["states"], saved["start"]))
+        done, rates, traces = saved["done"], [saved["rates"]], [saved["trace"]]
+        seconds["compile"], seconds["run"] = saved["timings"][:2]
+    for index in range(done, len(parts)):
+        segment = parts[index]
+        states, more, trace = call("advance", states, segment.begin, segment._replace(begin=0))
+        rates.append(_to_host(more))
+        traces.append(None if trace is None else _to_host(trace))
+        rates = [_join_parts(rates, lambda part: -1)]
+        traces = [_join_parts(traces, lambda part: part.iteration.ndim - 1)]
+        run.checkpoint.save_warmup(
+            states, start, rates[0], traces[0], index + 1, (seconds["compile"], seconds["run"])
+        )
+    states, parameters = call("finish", states)
+    evals = start.num_grad_evals + sum(p.num_steps * p.grads_per_step for p in parts)
+    info = WarmupInfo(*rates[0], start.step_size, evals, traces[0])
+    return ((states, parameters), info), seconds["compile"], seconds["run"]
 
 
 def _nonfinite_proposals(failed):
@@ -810,11 +887,11 @@ def sample(
         position (a few coordinates, a prediction); ``samples`` then holds its values and
         the checks run on them.
     checkpoint, checkpoint_every
-        A file: the run's state is saved there atomically when the warm-up ends and after
-        every block of the sampling phase (at most ``checkpoint_every`` iterations apart);
-        calling ``fm.sample`` again with the same arguments resumes it and returns draws
-        bit-identical to an uninterrupted run; a checkpoint of another run is refused
-        (:mod:`fisher_mala.run_checkpoint`).
+        A file: the run's state is saved there atomically at most ``checkpoint_every``
+        iterations apart, in the warm-up (its segments; Fisher NUTS / HMC: when it ends)
+        and in the sampling phase (its blocks); calling ``fm.sample`` again with the same
+        arguments resumes it and returns draws bit-identical to an uninterrupted run; a
+        checkpoint of another run is refused (:mod:`fisher_mala.run_checkpoint`).
     output
         A directory: the sampling phase writes its draws there block by block
         (memory-mapped ``.npy`` files and ``progress.json``, :mod:`fisher_mala.sinks`), so
@@ -860,7 +937,7 @@ def sample(
         checkpoint, checkpoint_every, block, total, plan, rng_key, initial_positions,
         logdensity_fn, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
         chain_method=chain_method, keep=keep, output=None if output is None else str(output),
-        data=data, jax=jax.__version__,
+        data=data, checkpoint_every=checkpoint_every, jax=jax.__version__,
     )  # fmt: skip
     run = _Run(
         plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars,

@@ -13,7 +13,9 @@ Algorithm 1's schedule run in compiled parts with looks at ``R`` between them.
 ``fold_in(phase key, i)`` (``i`` counted from the start of the warm-up, so a phase run in
 parts is the same chain as one run in one), stacks the per-iteration acceptance
 statistics of every phase and counts gradient evaluations. :func:`resume_schedule` runs
-more iterations of the last phase of a run stopped early.
+more iterations of the last phase of a run stopped early. :func:`segments` and
+:func:`advance_schedule` run a warm-up in parts that can be saved between them (a
+checkpointed run).
 """
 
 from collections.abc import Callable
@@ -38,6 +40,9 @@ __all__ = [
     "run_phase",
     "run_schedule",
     "resume_schedule",
+    "Segment",
+    "segments",
+    "advance_schedule",
     "extend_info",
     "step_at",
     "snapshot",
@@ -331,6 +336,73 @@ def resume_schedule(
         trace=trace if schedule.record_trace else None,
     )
     return (state, parameters), info
+
+
+class Segment(NamedTuple):
+    """A part of a warm-up run by one compiled call (:func:`advance_schedule`).
+
+    Attributes
+    ----------
+    phase
+        Index of the phase the part belongs to.
+    num_steps
+        Its iterations (0 for a phase of no iterations: only its ``enter``).
+    enter
+        Whether the part starts the phase (its ``enter`` hand-over comes first).
+    begin
+        Its first iteration, counted from the start of the warm-up.
+    grads_per_step
+        Gradient evaluations of one of its iterations.
+    """
+
+    phase: int
+    num_steps: int
+    enter: bool
+    begin: int
+    grads_per_step: int = 1
+
+
+def segments(schedule: Schedule, every: int) -> tuple[Segment, ...]:
+    """The warm-up cut into parts of at most ``every`` iterations, none across a phase's
+    boundary; inside a blocked phase, parts of whole blocks (``every`` rounded down to a
+    multiple of the block, at least one block), so that each block's ``finish_block`` comes
+    where it would in one run."""
+    if isinstance(every, bool) or int(every) < 1:
+        raise ValueError(f"`every` must be an integer >= 1, got {every!r}.")
+    parts, begin = [], 0
+    for index, phase in enumerate(schedule.phases):
+        length = int(every)
+        if phase.block is not None:
+            length = max(phase.block, length // phase.block * phase.block)
+        done = 0
+        while True:
+            num = min(length, phase.num_steps - done)
+            parts.append(Segment(index, num, done == 0, begin + done, phase.grads_per_step))
+            done += num
+            if done >= phase.num_steps:
+                break
+        begin += phase.num_steps
+    return tuple(parts)
+
+
+def advance_schedule(
+    schedule: Schedule,
+    rng_key,
+    state,
+    segment: Segment,
+    offset,
+    progress: ProgressBar | None = None,
+):
+    """Run one :class:`Segment` of a warm-up from ``state`` (the schedule's ``start``
+    state or what the previous segment returned): ``(state, rates, trace or None)``,
+    ``rates`` the per-iteration ``(acceptance_rate, is_accepted, proposal_is_finite)``
+    (iterations last). ``offset`` is the segment's first iteration (``segment.begin``),
+    passed as a traced integer so that parts of one length compile once."""
+    phase = schedule.phases[segment.phase]
+    if segment.enter:
+        state = phase.enter(state)
+    state, rates, trace = run_phase(phase, rng_key, state, segment.num_steps, offset, progress)
+    return state, rates, trace if schedule.record_trace else None
 
 
 def extend_info(info: WarmupInfo, more: WarmupInfo) -> WarmupInfo:

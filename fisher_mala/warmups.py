@@ -56,8 +56,10 @@ from fisher_mala.schedule import (
     Start,
     WarmupInfo,
     WarmupParameters,
+    advance_schedule,
     resume_schedule,
     run_schedule,
+    segments,
     snapshot,
     split_key,
 )
@@ -129,6 +131,29 @@ class Warmup:
         position = carry[0].position
         schedule = self.build(num_steps, position, warn=False)
         return resume_schedule(schedule, rng_key, carry, num_more, progress)
+
+    def segments(self, num_steps: int, positions, every: int):
+        """The parts a checkpointed warm-up runs in
+        (:func:`~fisher_mala.schedule.segments`); ``positions`` with a chain axis."""
+        position = positions if self.batched else jax.tree.map(lambda x: x[0], positions)
+        with jax.ensure_compile_time_eval():
+            return segments(self.build(num_steps, position, warn=False), every)
+
+    def start(self, rng_key, position, num_steps: int):
+        """The state before the first segment and its :class:`~fisher_mala.schedule.Start`
+        (what :meth:`run` does before its first iteration)."""
+        return self.build(num_steps, position).start(rng_key, position)
+
+    def advance(self, rng_key, position, state, num_steps: int, segment, offset, progress=None):
+        """One segment from ``state``: ``(state, rates, trace or None)``
+        (:func:`~fisher_mala.schedule.advance_schedule`); ``position`` is the chain's
+        initial position, which shapes the schedule."""
+        schedule = self.build(num_steps, position, warn=False)
+        return advance_schedule(schedule, rng_key, state, segment, offset, progress)
+
+    def finish(self, position, state, num_steps: int):
+        """``(state, parameters)`` after the last segment (what :meth:`run` returns)."""
+        return self.build(num_steps, position, warn=False).finish(state)
 
 
 def _check_step_size_options(initial_step_size, target, rho) -> None:

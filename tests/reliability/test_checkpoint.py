@@ -203,3 +203,66 @@ def test_a_run_killed_at_random_moments_resumes_bit_identically(tmp_path, kills)
         proc.wait()
     subprocess.run(args, check=True, timeout=300)
     np.testing.assert_array_equal(np.load(out), np.asarray(reference.samples))
+
+
+@pytest.mark.parametrize(
+    "sampler, options",
+    [("fisher_mala", {}), ("fisher_mala", {"pooled": True}), ("adamala", {}), ("mala", {}),
+     ("hmc", {}), ("fisher_mala", {"record_precond": True})],
+)  # fmt: skip
+def test_a_run_killed_inside_its_warmup_resumes_there(tmp_path, monkeypatch, sampler, options):
+    def run(**kwargs):
+        return fm.sample(jax.random.key(5), sampler, _ld, jnp.zeros((2, 3)), num_warmup=400,
+                         num_samples=100, diagnose=False, **options, **kwargs)  # fmt: skip
+
+    whole = run()
+    path = tmp_path / "run.npz"
+    original = fm.run_checkpoint.RunCheckpoint.save_warmup
+    saved = []
+
+    def crash_after_three_segments(self, *args):
+        original(self, *args)
+        saved.append(args[-2])
+        if len(saved) == 3:
+            raise _Crash
+
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_warmup", crash_after_three_segments)
+    with pytest.raises(_Crash):
+        run(checkpoint=path, checkpoint_every=60)
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_warmup", original)
+    segments = []
+
+    def count(self, *args):
+        segments.append(args[-2])
+        original(self, *args)
+
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_warmup", count)
+    resumed = run(checkpoint=path, checkpoint_every=60)
+    assert segments[0] == 4  # the resumed run starts after the three segments saved
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+    for field in ("acceptance_rate", "is_accepted", "num_grad_evals", "initial_step_size"):
+        np.testing.assert_array_equal(
+            getattr(resumed.warmup_info, field), getattr(whole.warmup_info, field), err_msg=field
+        )
+    for a, b in zip(jax.tree.leaves(resumed.warmup_info.trace),
+                    jax.tree.leaves(whole.warmup_info.trace), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(resumed.parameters.step_size, whole.parameters.step_size)
+
+
+def test_segments_of_a_warmup_cover_it_in_order_and_respect_its_blocks():
+    from fisher_mala.schedule import Phase, Schedule, segments
+
+    phases = (
+        Phase("a", 130, step=None, key=None),
+        Phase("b", 0, step=None, key=None),
+        Phase("c", 250, step=None, key=None, block=40, grads_per_step=2),
+    )
+    parts = segments(Schedule(None, phases, None), every=100)
+    assert [(p.phase, p.num_steps, p.enter, p.begin) for p in parts] == [
+        (0, 100, True, 0), (0, 30, False, 100), (1, 0, True, 130),
+        (2, 80, True, 130), (2, 80, False, 210), (2, 80, False, 290), (2, 10, False, 370),
+    ]  # fmt: skip
+    assert [p.grads_per_step for p in parts][-1] == 2
+    with pytest.raises(ValueError, match="every"):
+        segments(Schedule(None, phases, None), every=0)
