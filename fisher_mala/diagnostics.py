@@ -258,13 +258,18 @@ def _posterior_dict(samples) -> dict[str, Any]:
 
 
 def to_arviz(result):
-    """An ArviZ 1.x ``DataTree`` with ``posterior`` and ``sample_stats`` groups.
+    """An ArviZ 1.x ``DataTree`` with ``posterior``, ``sample_stats`` and, for NumPyro
+    models (:func:`fm.sample_numpyro`), ``log_likelihood`` groups.
 
     ``sample_stats`` uses ArviZ's names: ``lp`` (log density), ``acceptance_rate``,
     ``step_size`` (the frozen ``sigma^2`` per chain, repeated over draws), ``diverging``
-    (a non-finite proposal, or a divergent NUTS / HMC trajectory) and ``is_accepted``.
-    The model's coordinates and dimension names label the posterior when the result
-    carries them (:func:`fm.sample_pymc`).
+    (a non-finite proposal, or a divergent NUTS / HMC trajectory), ``is_accepted``,
+    ``n_steps`` (gradient evaluations per draw) and, for Fisher NUTS / HMC, ``energy``
+    and ``tree_depth`` (so ``az.plot_energy`` and ``az.bfmi`` apply). The
+    ``log_likelihood`` group holds each observed site's pointwise log-likelihood at every
+    draw, as ``az.from_numpyro`` builds it, so ``az.loo`` and ``az.compare`` apply. The
+    model's coordinates and dimension names label the posterior when the result carries
+    them (:func:`fm.sample_pymc`).
     """
     import arviz as az
 
@@ -280,8 +285,17 @@ def to_arviz(result):
         ),
         "step_size": np.asarray(step),
     }
+    if "num_grad_evals" in stats:
+        sample_stats["n_steps"] = np.asarray(stats["num_grad_evals"])
+    for name in ("energy", "tree_depth"):
+        if name in stats:
+            sample_stats[name] = np.asarray(stats[name])
+    groups = {"posterior": _posterior_dict(result.samples), "sample_stats": sample_stats}
+    log_likelihood = getattr(result, "log_likelihood", None)
+    if log_likelihood:
+        groups["log_likelihood"] = {k: np.asarray(v) for k, v in log_likelihood.items()}
     return az.from_dict(
-        {"posterior": _posterior_dict(result.samples), "sample_stats": sample_stats},
+        groups,
         coords=getattr(result, "coords", None),
         dims=getattr(result, "dims", None),
     )

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from fisher_mala import fisher, validation
@@ -297,6 +298,40 @@ class FisherMALAKernel(MCMCKernel):
         self._build_kernels()
 
 
+def _split_kwargs(model: Callable, options: dict, model_kwargs: dict | None):
+    """``(model kwargs, sampler options)``: a keyword the model's signature names goes to
+    the model (as NumPyro's ``MCMC.run(key, *args, **kwargs)``), any other to ``fm.sample``."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(model).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    named = {
+        name
+        for name, p in parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    to_model = {k: v for k, v in options.items() if k in named}
+    clash = sorted(set(to_model) & set(model_kwargs or {}))
+    if clash:
+        raise ValueError(f"{clash} given both as keywords and in `model_kwargs`: give each once.")
+    rest = {k: v for k, v in options.items() if k not in named}
+    return {**(model_kwargs or {}), **to_model}, rest
+
+
+def _pointwise_log_likelihood(model, samples, model_args, model_kwargs) -> dict:
+    """``{observed site: (chains, draws, *shape)}``, one chain at a time (bounded memory)."""
+    from numpyro.infer import log_likelihood
+
+    def of_chain(c):
+        draws = jax.tree.map(lambda x: x[c], samples)
+        return log_likelihood(model, draws, *model_args, **model_kwargs)
+
+    per_chain = [of_chain(c) for c in range(jax.tree.leaves(samples)[0].shape[0])]
+    return {k: np.stack([np.asarray(p[k]) for p in per_chain]) for k in per_chain[0]}
+
+
 def sample_numpyro(
     rng_key,
     model: Callable,
@@ -306,15 +341,23 @@ def sample_numpyro(
     num_warmup: int = 20_000,
     num_samples: int = 20_000,
     model_kwargs: dict | None = None,
+    log_likelihood: bool = True,
     **options,
 ):
     """:func:`fm.sample` on a NumPyro model; the draws come back named and constrained.
+
+    Called as NumPyro's ``MCMC.run``: ``fm.sample_numpyro(key, model, x, y=y)`` passes
+    ``x`` and ``y`` to the model (a keyword the model's signature names goes to the model;
+    ``model_kwargs`` works too); every other keyword is an option of :func:`fm.sample`
+    or of the sampler.
 
     The model is initialized by ``numpyro.infer.util.initialize_model`` (one random
     initial point per chain, NumPyro's ``init_to_uniform``); ``fm.sample`` runs on the
     unconstrained sites (a dict, so every sampler and ``options`` apply); each draw is then
     mapped by the model's ``postprocess_fn``: every latent site on its support, and the
-    deterministic sites. ``fm.to_arviz(result)`` names the variables as the model does.
+    deterministic sites. With ``log_likelihood=True`` the pointwise log-likelihood of
+    every observed site at every draw is kept too (``az.loo``, ``az.compare``).
+    ``fm.to_arviz(result)`` names the variables as the model does.
 
     Returns
     -------
@@ -328,7 +371,7 @@ def sample_numpyro(
 
     if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
         raise ValueError(f"`num_chains` must be an integer >= 1, got {num_chains!r}.")
-    model_kwargs = {} if model_kwargs is None else model_kwargs
+    model_kwargs, options = _split_kwargs(model, options, model_kwargs)
     key_init, key_run = jax.random.split(rng_key)
     inits = [
         initialize_model(
@@ -352,7 +395,10 @@ def sample_numpyro(
         **options,
     )
     constrained = jax.vmap(jax.vmap(postprocess))(result.samples)
-    return dataclasses.replace(result, samples=constrained)
+    pointwise = None
+    if log_likelihood:
+        pointwise = _pointwise_log_likelihood(model, constrained, model_args, model_kwargs)
+    return dataclasses.replace(result, samples=constrained, log_likelihood=pointwise)
 
 
 class FisherNUTSKernelState(NamedTuple):

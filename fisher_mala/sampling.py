@@ -88,7 +88,9 @@ class SamplingResult:
         Draws in the position's structure, each leaf ``(chains, draws, ...)``.
     sample_stats
         Per-draw ``logdensity``, ``acceptance_rate``, ``is_accepted``,
-        ``proposal_is_finite`` (each ``(chains, draws)``).
+        ``proposal_is_finite``, ``is_divergent``, ``num_grad_evals`` (since the previous
+        kept draw) and, for Fisher NUTS / HMC, ``energy`` and ``tree_depth`` (each
+        ``(chains, draws)``).
     parameters
         The tuned per-chain :class:`~fisher_mala.schedule.WarmupParameters`.
     warmup_info
@@ -125,6 +127,9 @@ class SamplingResult:
     coords, dims
         ArviZ's coordinates and each variable's dimension names, when the model declares
         them (:func:`fm.sample_pymc`); :func:`fm.to_arviz` passes them on.
+    log_likelihood
+        ``{observed site: (chains, draws, *shape)}``: the pointwise log-likelihood of every
+        draw (:func:`fm.sample_numpyro`), for ``az.loo`` and ``az.compare``; else ``None``.
     """
 
     sampler: str
@@ -149,6 +154,7 @@ class SamplingResult:
     nonfinite_proposals: Any = None
     coords: dict | None = None
     dims: dict | None = None
+    log_likelihood: dict | None = None
 
     @property
     def num_chains(self) -> int:
@@ -472,6 +478,10 @@ def _bind(logdensity_fn, data):
     return lambda position: logdensity_fn(position, data)
 
 
+#: Per-draw statistics kept when the kernel's info has them.
+OPTIONAL_STATS = ("energy", "tree_depth")
+
+
 def _draws_of(step, key, state, params, num_draws, thinning, per_step, bar, start=0, keep=None):
     """Scan ``num_draws`` times ``thinning`` steps from draw ``start``; keep every
     ``thinning``-th state (or ``keep(position)`` of it). Also sums the non-finite
@@ -505,6 +515,10 @@ def _draws_of(step, key, state, params, num_draws, thinning, per_step, bar, star
             "is_divergent": _info_field(last, "is_divergent", ~finite),
             "num_grad_evals": jnp.broadcast_to(evals, yes.shape).astype(jnp.int32),
         }
+        for name in OPTIONAL_STATS:  # what only some kernels report (HMC, NUTS)
+            value = _info_field(last, name, None)
+            if value is not None:
+                stats[name] = value
         kept = state.position if keep is None else keep(state.position)
         return carry, (kept, stats)
 
@@ -954,7 +968,7 @@ def sample(
     parameters, warmup_info, final_state, samples, stats, failed = out
     # The recorded draws' counts cover every step (thinned steps included).
     num_grad_evals = np.asarray(warmup_info.num_grad_evals) + np.asarray(
-        stats.pop("num_grad_evals")
+        stats["num_grad_evals"]
     ).sum(-1)
     target = None if plan.custom else float(run.warmup(data).target_acceptance)
     result = SamplingResult(

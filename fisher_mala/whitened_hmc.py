@@ -164,6 +164,12 @@ class FisherHMCInfo(NamedTuple):
         BlackJAX's divergence flag (energy error above the threshold).
     num_integration_steps
         Leapfrog steps, i.e. gradient evaluations, of this transition.
+    energy
+        The Hamiltonian of the selected state in whitened coordinates
+        (``-log pi`` up to the chain's constant ``log |det R|``, plus the kinetic energy),
+        for ArviZ's energy plot and BFMI.
+    tree_depth
+        NUTS's trajectory doublings (0 for HMC).
     """
 
     acceptance_rate: Array
@@ -171,6 +177,8 @@ class FisherHMCInfo(NamedTuple):
     proposal_is_finite: Array
     is_divergent: Array
     num_integration_steps: Array
+    energy: Array
+    tree_depth: Array
 
 
 class Whitened(NamedTuple):
@@ -280,6 +288,8 @@ def build_kernel(
             proposal_is_finite=finite,
             is_divergent=jnp.asarray(info.is_divergent),
             num_integration_steps=jnp.asarray(info.num_integration_steps, jnp.int32),
+            energy=jnp.asarray(info.energy, x.dtype),
+            tree_depth=jnp.asarray(getattr(info, "num_trajectory_expansions", 0), jnp.int32),
         )
         return new_state, out
 

@@ -150,3 +150,33 @@ def test_init_params_with_a_model_are_honoured_and_checked():
         fm.FisherMALAKernel(eight_schools).init(
             jax.random.key(0), 10, {"mu": np.float32(0.0)}, (SIGMA,), {"y": Y}
         )
+
+
+def test_sample_numpyro_takes_the_models_arguments_and_feeds_loo_and_compare():
+    """``fm.sample_numpyro(key, model, *args, **kwargs)`` as NumPyro's ``MCMC.run``: a
+    keyword the model names goes to it; the ArviZ export has a pointwise log-likelihood
+    group (equal to NumPyro's own ``log_likelihood``), so ``az.loo`` and ``az.compare``
+    run; NUTS runs carry ``energy`` and ``tree_depth`` (``az.bfmi``)."""
+    import arviz as az
+    from numpyro.infer import log_likelihood
+
+    result = fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, y=Y, num_chains=2,
+                               num_warmup=500, num_samples=500, diagnose=False)  # fmt: skip
+    assert result.log_likelihood["obs"].shape == (2, 500, 8)
+    draws = {k: v[1] for k, v in result.samples.items()}
+    expected = log_likelihood(eight_schools, draws, SIGMA, y=Y)["obs"]
+    np.testing.assert_allclose(result.log_likelihood["obs"][1], expected, rtol=1e-6)
+    data = fm.to_arviz(result)
+    assert "log_likelihood" in data.children and "n_steps" in data.sample_stats
+    loo = az.loo(data)
+    assert np.isfinite(loo.elpd)
+    nuts = fm.sample_numpyro(jax.random.key(4), eight_schools, SIGMA, model_kwargs={"y": Y},
+                             sampler="fisher_nuts", num_chains=2, num_warmup=500,
+                             num_samples=500, diagnose=False)  # fmt: skip
+    nuts_data = fm.to_arviz(nuts)
+    assert {"energy", "tree_depth", "diverging", "lp"} <= set(nuts_data.sample_stats.data_vars)
+    assert np.all(np.isfinite(az.bfmi(nuts_data)["energy"].values))
+    table = az.compare({"fisher_mala": data, "fisher_nuts": nuts_data})
+    assert len(table) == 2
+    with pytest.raises(ValueError, match="both"):
+        fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, y=Y, model_kwargs={"y": Y})
