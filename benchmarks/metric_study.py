@@ -30,6 +30,7 @@ Reference draws: exact for the targets of ``benchmarks.signal_bias``; for the po
 """
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
@@ -134,8 +135,10 @@ def metrics(name) -> dict:
     return {m: np.stack(v) for m, v in out.items()}, x[:, -1]
 
 
-def nuts(logdensity, metric, starts, key):
-    """4 chains of NUTS with a fixed dense metric: dual averaging, then draws."""
+@functools.lru_cache
+def nuts_runner(logdensity):
+    """``(keys, starts, metrics) -> (draws, steps, step sizes)``: 4 chains of NUTS with a
+    fixed dense metric each, dual averaging then draws; compiled once per target."""
     import blackjax
     from blackjax.adaptation.step_size import dual_averaging_adaptation
 
@@ -162,8 +165,7 @@ def nuts(logdensity, metric, starts, key):
         _, (xs, steps) = jax.lax.scan(draw, state, jax.random.split(k_draw, NUTS_DRAWS))
         return xs, steps, step
 
-    keys = jax.random.split(key, CHAINS)
-    return jax.jit(jax.vmap(chain))(keys, starts, metric)
+    return jax.jit(jax.vmap(chain))
 
 
 def cell(name: str) -> dict:
@@ -176,8 +178,9 @@ def cell(name: str) -> dict:
     chosen, starts = metrics(name)
     rows = {}
     for metric in METRICS:
-        xs, steps, step = nuts(logdensity, jnp.asarray(chosen[metric]), jnp.asarray(starts),
-                               jax.random.key(14))  # fmt: skip
+        keys = jax.random.split(jax.random.key(14), CHAINS)
+        run = nuts_runner(logdensity)
+        xs, steps, step = run(keys, jnp.asarray(starts), jnp.asarray(chosen[metric]))
         ess = convergence.ess_bulk(np.asarray(xs))
         grads = int(np.sum(steps))
         rows[metric] = {

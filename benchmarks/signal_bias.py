@@ -330,8 +330,10 @@ def render() -> str:
         (
             "target",
             "signal",
-            *(f"n = {n}: bias ± sd vs I^-1 (pooled: one A)" if n == LENGTHS[0]
-              else f"n = {n}" for n in LENGTHS),
+            *(
+                f"n = {n}: bias ± sd vs I^-1 (pooled: one A)" if n == LENGTHS[0] else f"n = {n}"
+                for n in LENGTHS
+            ),
             f"n = {LENGTHS[-1]}: bias vs fixed point",
         ),
         measured,
@@ -356,12 +358,12 @@ def _figure() -> None:
         axes[0].axhline(theory["fixed_point_error_vs_inverse_fisher"], color=line.get_color(),
                         ls=":", lw=1)  # fmt: skip
         steps = theory["by_step"]
-        axes[1].semilogx([v["sigma2"] for v in steps.values()],
-                         [v["error_vs_inverse_fisher"] for v in steps.values()], "o-",
-                         color=line.get_color(), label=t)  # fmt: skip
+        errors_by_step = [v["error_vs_inverse_fisher"] for v in steps.values()]
+        axes[1].plot([float(a) for a in steps], errors_by_step, "o-", color=line.get_color())
     axes[0].set(xlabel="warm-up length n", ylabel="||mean A_n - I^-1|| / ||I^-1||",
                 title="learned (8 chains, Eq. 16); dotted: fixed point")  # fmt: skip
-    axes[1].set(xlabel="sigma^2 (acceptance 0.95 ... 0.35)", ylabel="fixed point vs I^-1",
+    axes[1].set(xlabel="target acceptance (larger: smaller sigma^2)",
+                ylabel="fixed point vs I^-1",
                 title="the fixed point's bias against the step")  # fmt: skip
     axes[0].legend(fontsize=8)
     fig.tight_layout()
