@@ -492,6 +492,8 @@ class FisherNUTSKernel(MCMCKernel):
         self._postprocess_fn = None
         self._num_warmup = 0
         self._kernel = whitened_hmc.build_kernel(algorithm)
+        # the warm-up compiled once for all chains of a run (see `init`)
+        self._compiled_warmups = {}
 
     @property
     def model(self):
@@ -523,14 +525,22 @@ class FisherNUTSKernel(MCMCKernel):
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_warmup = jax.random.split(rng_key, 3)
         init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
-        warmup = FisherHMCWarmup(
-            self._logdensity,
-            self._algorithm,
-            max_num_doublings=self._max_num_doublings,
-            num_integration_steps=self._num_integration_steps,
-            **self._warmup_options,
-        )
-        (state, parameters), _ = warmup.run(key_warmup, init_params, self._num_warmup)
+        # NumPyro passes the same argument objects to the init of every chain of a run:
+        # the warm-up is compiled once for them (the objects are kept, so ids stay theirs)
+        cache_key = (self._num_warmup, id(model_args), id(model_kwargs))
+        if cache_key not in self._compiled_warmups:
+            warmup = FisherHMCWarmup(
+                lambda z, potential=self._potential_fn: -potential(z),
+                self._algorithm,
+                max_num_doublings=self._max_num_doublings,
+                num_integration_steps=self._num_integration_steps,
+                **self._warmup_options,
+            )
+            num = self._num_warmup
+            run = jax.jit(lambda key, params: warmup.run(key, params, num))
+            self._compiled_warmups = {cache_key: (model_args, model_kwargs, run)}
+        run = self._compiled_warmups[cache_key][2]
+        (state, parameters), _ = run(key_warmup, init_params)
         zero = jnp.zeros((), state.logdensity.dtype)
         return FisherNUTSKernelState(
             jnp.zeros((), jnp.int32),
@@ -585,6 +595,7 @@ class FisherNUTSKernel(MCMCKernel):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_kernel"] = None
+        state["_compiled_warmups"] = {}
         return state
 
     def __setstate__(self, state):

@@ -180,3 +180,24 @@ def test_sample_numpyro_takes_the_models_arguments_and_feeds_loo_and_compare():
     assert len(table) == 2
     with pytest.raises(ValueError, match="both"):
         fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, y=Y, model_kwargs={"y": Y})
+
+
+def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch):
+    """NumPyro calls ``init`` once per chain (``chain_method="sequential"``): the warm-up is
+    traced (and compiled) once for the four chains, not four times."""
+    from fisher_mala.whitened_warmup import FisherHMCWarmup
+
+    traces = []
+    original = FisherHMCWarmup.run
+
+    def counting(self, *args, **kwargs):
+        traces.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FisherHMCWarmup, "run", counting)
+    mcmc = MCMC(fm.FisherNUTSKernel(eight_schools), num_warmup=200, num_samples=50,
+                num_chains=4, chain_method="sequential", progress_bar=False)  # fmt: skip
+    mcmc.run(jax.random.key(0), SIGMA, y=Y)
+    assert len(traces) == 1
+    samples = mcmc.get_samples(group_by_chain=True)["mu"]
+    assert samples.shape == (4, 50) and len({float(s[0]) for s in samples}) == 4
