@@ -206,6 +206,11 @@ class FisherMALAKernel(MCMCKernel):
     def sample_field(self):
         return "z"
 
+    @property
+    def default_fields(self):
+        """Collected by ``MCMC``: ``get_extra_fields()["accept_prob"]`` per draw."""
+        return ("z", "accept_prob")
+
     def get_diagnostics_str(self, state):
         return f"sigma^2 {state.fisher_state.step_size:.2e}. acc. prob={state.mean_accept_prob:.2f}"
 
@@ -421,6 +426,9 @@ class FisherNUTSKernelState(NamedTuple):
         whether it diverged and its number of leapfrog steps.
     rng_key
         The chain's key.
+    energy
+        The Hamiltonian of the last transition's state (in whitened coordinates: up to
+        the chain's constant ``log |det R|``), for ``az.plot_energy`` and BFMI.
     """
 
     i: Array
@@ -433,6 +441,7 @@ class FisherNUTSKernelState(NamedTuple):
     diverging: Array
     num_steps: Array
     rng_key: Array
+    energy: Array
 
 
 class FisherNUTSKernel(MCMCKernel):
@@ -503,6 +512,12 @@ class FisherNUTSKernel(MCMCKernel):
     def sample_field(self):
         return "z"
 
+    @property
+    def default_fields(self):
+        """Collected by ``MCMC`` as NUTS's are: ``print_summary`` counts divergences,
+        ``get_extra_fields()`` has the per-draw statistics."""
+        return ("z", "diverging", "num_steps", "accept_prob", "energy")
+
     def get_diagnostics_str(self, state):
         return (
             f"{state.num_steps} steps of size {state.step_size:.2e}. "
@@ -553,6 +568,7 @@ class FisherNUTSKernel(MCMCKernel):
             jnp.zeros((), bool),
             jnp.zeros((), jnp.int32),
             rng_key,
+            -state.logdensity,
         )
 
     def postprocess_fn(self, args, kwargs):
@@ -588,6 +604,7 @@ class FisherNUTSKernel(MCMCKernel):
                 jnp.asarray(info.is_divergent),
                 jnp.asarray(info.num_integration_steps, jnp.int32),
                 rng_key,
+                jnp.asarray(info.energy, state.energy.dtype),
             )
 
         return jax.lax.cond(state.i < self._num_warmup, warmed_up, transition, state)

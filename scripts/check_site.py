@@ -4,16 +4,18 @@
 
 CI runs it on the output of ``mkdocs build --strict``. A page fails when its visible text
 (outside <code>, <pre> and <script>) still contains TeX delimiters (``\\(``, ``\\[``,
-``$$``), which a reader would see as source, or when an ``<img>`` points to a file missing
-from the site.
+``$$``) or Sphinx markup (a role such as ``:func:``, a literal-block ``::``), which a
+reader would see as source, or when an ``<img>`` points to a file missing from the site.
 """
 
+import re
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 DELIMITERS = ("\\(", "\\)", "\\[", "\\]", "$$")
+SPHINX = re.compile(r":(?:func|class|meth|mod|data|attr|obj|exc|ref|term):|\w::(?:\s|$)")
 
 
 class _Page(HTMLParser):
@@ -48,6 +50,10 @@ def problems(page: Path, site: Path) -> list[str]:
         if delimiter in text:
             at = text.index(delimiter)
             found.append(f"raw TeX {delimiter!r} near {text[max(0, at - 40):at + 40]!r}")
+    sphinx = SPHINX.search(text)
+    if sphinx:
+        at = sphinx.start()
+        found.append(f"raw Sphinx markup near {text[max(0, at - 40):at + 40]!r}")
     for src in parser.images:
         url = urlparse(src)
         if url.scheme or src.startswith("data:"):

@@ -257,6 +257,24 @@ def test_site_check_finds_raw_tex_and_broken_images(tmp_path):
     assert check_site.main([str(tmp_path)]) == 1
 
 
+def test_sphinx_roles_are_rendered_and_a_raw_one_fails_the_site_check(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "docs_hooks"))
+    import check_site
+    import roles
+
+    raw = ("<p>See :func:<code>fm.sample</code> and :class:<code>~fisher_mala.schedule.Phase"
+           "</code>. For example::</p><pre><code>x[::2]</code></pre>")  # fmt: skip
+    page = tmp_path / "raw.html"
+    page.write_text(raw)
+    assert any("Sphinx" in f for f in check_site.problems(page, tmp_path))
+    rendered = roles.on_page_content(raw, None, None, None)
+    assert rendered == ("<p>See <code>fm.sample</code> and <code>Phase</code>. For example:"
+                        "</p><pre><code>x[::2]</code></pre>")  # fmt: skip
+    page.write_text(rendered)
+    assert check_site.problems(page, tmp_path) == []
+
+
 def test_docs_hook_renders_tex_as_mathml():
     pytest.importorskip("latex2mathml")
     sys.path.insert(0, str(ROOT / "docs_hooks"))

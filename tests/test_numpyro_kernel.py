@@ -78,8 +78,9 @@ def test_eight_schools_named_constrained_sites_match_nuts():
     fisher_nuts = _run(fm.FisherNUTSKernel(eight_schools), SIGMA, y=Y, num=200)
     assert fisher_nuts.get_samples()["theta"].shape == (400, 8)
     assert np.all(fisher_nuts.get_samples()["tau"] > 0)
-    extra = fisher_nuts.get_extra_fields()
-    assert "diverging" not in extra or extra["diverging"].dtype == bool
+    extra = fisher_nuts.get_extra_fields()  # NUTS's default fields, and the energy
+    assert {"diverging", "num_steps", "accept_prob", "energy"} <= set(extra)
+    assert extra["diverging"].dtype == bool and np.all(extra["num_steps"] >= 1)
 
     # fm.sample on the same model: named, constrained sites in fm.to_arviz
     result = fm.sample_numpyro(jax.random.key(3), eight_schools, SIGMA, Y, num_chains=2,
