@@ -1,0 +1,160 @@
+"""The NumPyro user's switch: ``NUTS`` against ``fm.FisherNUTSKernel`` and
+``fm.FisherMALAKernel`` inside ``numpyro.infer.MCMC``, by the clock.
+
+    python -m benchmarks.numpyro_wall            # every cell, cached; then the table
+    python -m benchmarks.numpyro_wall --render   # the table only
+
+Three models (a hierarchical negative-binomial count model, a logistic regression, a
+latent Gaussian-process Poisson model; synthetic data, fixed seeds), float64, 1000
+warm-up and 1000 draws per chain (FisherMALA: 5000 + 5000, a MALA-type sampler's
+lengths), ``chain_method="sequential"``, 1 and 4 chains. Wall time: ``MCMC.run`` by the
+clock, compilation included; min bulk ESS over every latent coordinate (ArviZ's
+rank-normalized, over the chains). Cells in ``benchmarks/results/numpyro_wall/``.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import templating
+
+RESULTS = Path(__file__).resolve().parent / "results" / "numpyro_wall"
+TABLE = RESULTS.parent / "numpyro_wall.md"
+KERNELS = ("nuts", "fisher_nuts", "fisher_mala")
+CHAINS = (1, 4)
+LENGTHS = {"nuts": 1000, "fisher_nuts": 1000, "fisher_mala": 5000}
+
+
+def _models():
+    import numpyro
+    import numpyro.distributions as dist
+
+    rng = np.random.default_rng(0)
+    groups, per_group = 20, 10
+    group = np.repeat(np.arange(groups), per_group)
+    counts = rng.negative_binomial(5, 5 / (5 + np.exp(1.0 + rng.normal(0, 0.5, groups)[group])))
+
+    def count(group, y=None):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+        phi = numpyro.sample("phi", dist.HalfNormal(10.0))
+        with numpyro.plate("groups", groups):
+            raw = numpyro.sample("raw", dist.Normal(0.0, 1.0))
+        rate = jnp.exp(mu + sigma * raw[group])
+        numpyro.sample("y", dist.NegativeBinomial2(rate, phi), obs=y)
+
+    x = rng.normal(size=(500, 5)) * np.array([1.0, 3.0, 0.3, 1.0, 2.0])
+    w = rng.normal(size=5)
+    labels = (rng.uniform(size=500) < 1 / (1 + np.exp(-(x @ w)))).astype(float)
+
+    def logistic(x, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+        b = numpyro.sample("b", dist.Normal(0.0, 5.0))
+        numpyro.sample("y", dist.Bernoulli(logits=x @ w + b), obs=y)
+
+    points = np.linspace(0, 10, 30)
+    truth = np.sin(points)
+    events = rng.poisson(np.exp(truth))
+
+    def gp_latent(t, y=None):
+        amplitude = numpyro.sample("amplitude", dist.LogNormal(0.0, 0.5))
+        length = numpyro.sample("length", dist.LogNormal(0.5, 0.5))
+        k = amplitude**2 * jnp.exp(-0.5 * (t[:, None] - t[None]) ** 2 / length**2)
+        chol = jnp.linalg.cholesky(k + 1e-6 * jnp.eye(t.size))
+        raw = numpyro.sample("raw", dist.Normal(0.0, 1.0).expand([t.size]).to_event(1))
+        numpyro.sample("y", dist.Poisson(jnp.exp(chol @ raw)), obs=y)
+
+    return {
+        "count": (count, (group,), {"y": counts}),
+        "logistic": (logistic, (x,), {"y": labels}),
+        "gp_latent": (gp_latent, (points,), {"y": events}),
+    }
+
+
+def cell(model_name: str, kernel_name: str, chains: int) -> dict:
+    path = RESULTS / f"{model_name}_{kernel_name}_{chains}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from numpyro.infer import MCMC, NUTS
+
+    import fisher_mala as fm
+    from fisher_mala import convergence
+
+    model, args, kwargs = _models()[model_name]
+    kernel = {"nuts": NUTS, "fisher_nuts": fm.FisherNUTSKernel,
+              "fisher_mala": fm.FisherMALAKernel}[kernel_name](model)  # fmt: skip
+    num = LENGTHS[kernel_name]
+    mcmc = MCMC(kernel, num_warmup=num, num_samples=num, num_chains=chains,
+                chain_method="sequential", progress_bar=False)  # fmt: skip
+    start = time.perf_counter()
+    mcmc.run(jax.random.key(0), *args, **kwargs)
+    jax.block_until_ready(mcmc.get_samples())
+    seconds = time.perf_counter() - start
+    samples = mcmc.get_samples(group_by_chain=True)
+    flat = np.concatenate(
+        [np.asarray(v).reshape(chains, num, -1) for k, v in sorted(samples.items())], axis=-1
+    )
+    ess = convergence.ess_bulk(flat)
+    out = {
+        "model": model_name,
+        "kernel": kernel_name,
+        "chains": chains,
+        "draws": num,
+        "seconds": seconds,
+        "min_ess": float(np.nanmin(ess)),
+        "ess_per_second": float(np.nanmin(ess)) / seconds,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    print(out, flush=True)
+    return out
+
+
+def render() -> str:
+    rows = []
+    for model in ("count", "logistic", "gp_latent"):
+        for chains in CHAINS:
+            cells = {k: RESULTS / f"{model}_{k}_{chains}.json" for k in KERNELS}
+            if not all(p.exists() for p in cells.values()):
+                continue
+            c = {k: json.loads(p.read_text()) for k, p in cells.items()}
+            nuts = c["nuts"]["ess_per_second"]
+            rows.append(
+                (
+                    model,
+                    chains,
+                    *(f"{c[k]['seconds']:.1f}" for k in KERNELS),
+                    *(f"{c[k]['min_ess']:.0f}" for k in KERNELS),
+                    *(f"{c[k]['ess_per_second'] / nuts:.2f}" for k in KERNELS[1:]),
+                )
+            )
+    text = templating.table(
+        ("model", "chains", "NUTS s", "Fisher NUTS s", "FisherMALA s", "NUTS min ESS",
+         "Fisher NUTS min ESS", "FisherMALA min ESS", "Fisher NUTS / NUTS (ESS/s)",
+         "FisherMALA / NUTS (ESS/s)"),
+        rows,
+    )  # fmt: skip
+    TABLE.write_text(text + "\n")
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render", action="store_true", help="the table only")
+    args = parser.parse_args()
+    with jax.enable_x64(True):
+        if not args.render:
+            for model in ("count", "logistic", "gp_latent"):
+                for chains in CHAINS:
+                    for kernel in KERNELS:
+                        cell(model, kernel, chains)
+        print(render())
+
+
+if __name__ == "__main__":
+    main()
