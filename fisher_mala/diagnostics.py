@@ -137,6 +137,7 @@ class Summary:
     acceptance_rate: float
     acceptance_range: tuple[float, float]
     worst: str
+    min_ess_per_second_with_compile: float = float("nan")
 
     def __str__(self) -> str:
         low, high = self.acceptance_range
@@ -144,7 +145,8 @@ class Summary:
             f"{self.sampler:<12} bulk ESS min {self.ess_bulk_min:9.1f} ({self.worst}) | "
             f"median {self.ess_bulk_median:9.1f} | max {self.ess_bulk_max:9.1f} | "
             f"tail ESS min {self.ess_tail_min:9.1f} | max R-hat {self.max_rhat:.3f} | "
-            f"min ESS/s {self.min_ess_per_second:9.1f} | min ESS/grad "
+            f"min ESS/s {self.min_ess_per_second:9.1f} (warm-up + sampling; "
+            f"{self.min_ess_per_second_with_compile:.1f} with compilation) | min ESS/grad "
             f"{self.min_ess_per_grad_eval:.2e} | acc {self.acceptance_rate:.3f} "
             f"({low:.2f}-{high:.2f} over {self.num_chains} chains)"
         )
@@ -156,7 +158,8 @@ def summary(result) -> Summary:
     Min / median / max over coordinates of the rank-normalized bulk ESS of all chains
     together, the min tail ESS and the max rank-normalized R-hat: chains that disagree
     lower the ESS and raise R-hat, where adding up per-chain ESS would hide them. ESS per
-    second counts warm-up and sampling time (not compilation); ESS per gradient evaluation
+    second divides by the warm-up and sampling time; ``min_ess_per_second_with_compile``
+    adds the compilation (what a first call costs by the clock); ESS per gradient evaluation
     counts every evaluation of the run, all chains. For the paper's per-chain table use
     :func:`paper_summary`; for the checks behind ``fm.sample``'s warnings, :func:`diagnose`.
     """
@@ -178,6 +181,7 @@ def summary(result) -> Summary:
         acceptance_rate=float(np.mean(rates)),
         acceptance_range=(float(np.min(rates)), float(np.max(rates))),
         worst=d.names[worst],
+        min_ess_per_second_with_compile=low / (seconds + result.compile_seconds),
     )
 
 

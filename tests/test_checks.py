@@ -174,6 +174,11 @@ def test_summary_is_multi_chain_where_the_paper_table_adds_up_chains():
     assert headline.max_rhat > 1.1
     assert headline.worst.startswith("x[")
     assert "bulk ESS min" in str(headline) and "R-hat" in str(headline)
+    assert "with compilation" in str(headline)  # says what the ESS/s divides by
+    seconds = run.warmup_seconds + run.sampling_seconds
+    np.testing.assert_allclose(headline.min_ess_per_second * seconds,
+                               headline.min_ess_per_second_with_compile
+                               * (seconds + run.compile_seconds))  # fmt: skip
     np.testing.assert_allclose(fm.ess(run), np.asarray(fm.diagnose(run).ess_bulk))
 
 
