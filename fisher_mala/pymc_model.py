@@ -132,12 +132,14 @@ def sample_pymc(
 
 
 def _sample_pymc(rng_key, model, sampler, num_chains, num_warmup, num_samples, **options):
+    from fisher_mala import checks
     from fisher_mala.sampling import sample
 
     logdensity, names = pymc_logdensity(model)
     key_init, key_run = jax.random.split(rng_key)
     seed = int(jax.random.randint(key_init, (), 0, 2**30))
     positions = _initial_positions(model, names, num_chains, seed)
+    diagnose = options.pop("diagnose", True)
     result = sample(
         key_run,
         sampler,
@@ -145,6 +147,7 @@ def _sample_pymc(rng_key, model, sampler, num_chains, num_warmup, num_samples, *
         positions,
         num_warmup=num_warmup,
         num_samples=num_samples,
+        diagnose=False,  # checked below on the model's variables, by their names
         **options,
     )
     constrain, out_names = _constrainer(model, names)
@@ -153,9 +156,19 @@ def _sample_pymc(rng_key, model, sampler, num_chains, num_warmup, num_samples, *
         n: list(model.named_vars_to_dims[n]) for n in out_names if n in model.named_vars_to_dims
     }
     coords = {k: list(v) for k, v in model.coords.items() if v is not None}
-    return dataclasses.replace(
+    result = dataclasses.replace(
         result,
         samples={n: np.asarray(v) for n, v in constrained.items()},
         coords=coords,
         dims=dims,
     )
+    if diagnose:
+        # The rank-based R-hat and ESS are invariant under the per-coordinate monotone
+        # transforms (log, logit) between the sampled and the model's variables, so the
+        # checks are run on the latter and the warnings name them as the model does
+        # (``sd_b``, not ``sd_b_log__``). Where the failing proposals were is then given
+        # in the chains' (constrained) positions.
+        named = dataclasses.replace(result, nonfinite_proposals=None)
+        result.diagnosis = checks.diagnose(named)
+        checks.warn(result.diagnosis, stacklevel=4)  # the caller of fm.sample_pymc
+    return result

@@ -46,6 +46,18 @@ def test_eight_schools_named_constrained_dims_match_numpyro_nuts():
     assert set(posterior.data_vars) == {"mu", "tau", "theta_raw", "theta"}
     assert posterior["theta"].dims == ("chain", "draw", "school")
     assert list(posterior["school"].values) == [f"s{j}" for j in range(8)]
+    # the checks name the model's variables (tau, theta[...]), not tau_log__ / theta_raw only
+    names = result.diagnosis.names
+    assert "tau" in names and not any("log__" in n for n in names)
+
+
+def test_warnings_name_the_models_variables():
+    """A run too short to pass the checks warns about ``tau``, never ``tau_log__``."""
+    with pytest.warns(fm.SamplingWarning) as caught:
+        fm.sample_pymc(jax.random.key(1), pymc_eight_schools(), num_chains=2, num_warmup=60,
+                       num_samples=60)  # fmt: skip
+    text = " ".join(str(w.message) for w in caught)
+    assert "log__" not in text
 
 
 def test_logistic_regression_matches_numpyro_nuts():
