@@ -45,6 +45,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    if args.quick:
+        print("--quick: a smoke test of this example's code with runs far too short for "
+              "its numbers or its warnings to mean anything; run it without --quick for "
+              "them.")
     num = 2_000 if args.quick else 20_000
     target = fm.targets.gp_gaussian()
     sigma = target.covariance / (np.trace(target.covariance) / target.dim)

@@ -20,6 +20,10 @@ def main(argv=None):
     parser.add_argument("--dataset", default="mnist56")
     parser.add_argument("--chains", type=int, default=10)
     args = parser.parse_args(argv)
+    if args.quick:
+        print("--quick: a smoke test of this example's code with runs far too short for "
+              "its numbers or its warnings to mean anything; run it without --quick for "
+              "them.")
     devices = jax.devices()
     backend = jax.default_backend()
     print(f"JAX {jax.__version__}, backend {backend!r}: "

@@ -21,6 +21,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    if args.quick:
+        print("--quick: a smoke test of this example's code with runs far too short for "
+              "its numbers or its warnings to mean anything; run it without --quick for "
+              "them.")
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import MCMC

@@ -73,6 +73,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    if args.quick:
+        print("--quick: a smoke test of this example's code with runs far too short for "
+              "its numbers or its warnings to mean anything; run it without --quick for "
+              "them.")
     num = 1500 if args.quick else 5000
     cov = jnp.array([[1.0, 0.95, 0.0], [0.95, 1.0, 0.3], [0.0, 0.3, 4.0]])
     precision = jnp.linalg.inv(cov)

@@ -25,6 +25,10 @@ def main(argv=None):
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("outputs/quickstart"))
     args = parser.parse_args(argv)
+    if args.quick:
+        print("--quick: a smoke test of this example's code with runs far too short for "
+              "its numbers or its warnings to mean anything; run it without --quick for "
+              "them.")
     num = 1_000 if args.quick else 20_000
     args.out.mkdir(parents=True, exist_ok=True)
 

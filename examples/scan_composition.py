@@ -21,6 +21,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    if args.quick:
+        print("--quick: a smoke test of this example's code with runs far too short for "
+              "its numbers or its warnings to mean anything; run it without --quick for "
+              "them.")
     n0, n_adapt, n_draws = (200, 1000, 1000) if args.quick else (500, 19_500, 20_000)
 
     target = fm.targets.gp_gaussian()
