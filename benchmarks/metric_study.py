@@ -1,6 +1,7 @@
 """Which metric should NUTS use? The same NUTS, the same step-size rule, six metrics.
 
     python -m benchmarks.metric_study            # every cell, cached; then the table
+    python -m benchmarks.metric_study --seed 1   # the repeat with other keys
     python -m benchmarks.metric_study --render   # the table only
 
 Per target, float64, 4 chains, the same starts and keys for every metric:
@@ -45,6 +46,8 @@ TABLE = RESULTS.parent / "metric_study.md"
 CHAINS = 4
 FISHER_WARMUP, WARMUP_DRAWS, NUTS_ADAPT, NUTS_DRAWS = 5000, 2000, 1000, 2000
 NUTS_TARGET_ACCEPTANCE = 0.8
+#: Repeats with other warm-up and NUTS keys (``--seed``), for the noise of the comparison.
+SEEDS = 2
 METRICS = (
     "fisher_learned",
     "fisher_exact",
@@ -55,6 +58,12 @@ METRICS = (
 )
 EXACT = tuple(signal_bias.TARGETS)
 POSTERIORS = ("arK", "kilpisjarvi", "eight_schools_noncentered", "heart", "ripley")
+
+
+def _key(base: int, seed: int):
+    """The key of seed 0 (the recorded cells) or of a repeat."""
+    key = jax.random.key(base)
+    return key if seed == 0 else jax.random.fold_in(key, seed)
 
 
 def _target(name):
@@ -100,12 +109,12 @@ def geometric_mean(a, b):
     return root @ power(inverse_root @ b @ inverse_root, 0.5) @ root
 
 
-def _warmup(name):
+def _warmup(name, seed=0):
     """Per chain: learned ``A``, warm-up draws and gradients, last draw."""
     import fisher_mala as fm
 
     logdensity, _, x0 = _target(name)
-    result = fm.sample(jax.random.key(13), "fisher_mala", logdensity, x0,
+    result = fm.sample(_key(13, seed), "fisher_mala", logdensity, x0,
                        num_warmup=FISHER_WARMUP, num_samples=WARMUP_DRAWS,
                        diagnose=False)  # fmt: skip
     r = np.asarray(result.parameters.sqrt_precond)
@@ -114,14 +123,14 @@ def _warmup(name):
     return r @ np.swapaxes(r, 1, 2), x, g
 
 
-def metrics(name) -> dict:
+def metrics(name, seed=0) -> dict:
     """``{metric: (CHAINS, d, d)}`` for one target."""
     logdensity, dim, _ = _target(name)
     ref = _reference(name)
     grads = np.asarray(jax.vmap(jax.grad(logdensity))(jnp.asarray(ref)))
     fisher_exact = np.linalg.inv(grads.T @ grads / grads.shape[0])
     cov_exact = np.cov(ref.T).reshape(dim, dim)
-    learned, x, g = _warmup(name)
+    learned, x, g = _warmup(name, seed)
     out = {m: [] for m in METRICS}
     for c in range(CHAINS):
         cov_x = np.cov(x[c].T).reshape(dim, dim)
@@ -168,17 +177,19 @@ def nuts_runner(logdensity):
     return jax.jit(jax.vmap(chain))
 
 
-def cell(name: str) -> dict:
-    path = RESULTS / f"{name}.json"
+def cell(name: str, seed: int = 0) -> dict:
+    """One target's six metrics; ``seed`` > 0 repeats it with other warm-up and NUTS keys
+    (the references and starts are the same)."""
+    path = RESULTS / (f"{name}.json" if seed == 0 else f"{name}_seed{seed}.json")
     if path.exists():
         return json.loads(path.read_text())
     from fisher_mala import convergence
 
     logdensity, dim, _ = _target(name)
-    chosen, starts = metrics(name)
+    chosen, starts = metrics(name, seed)
     rows = {}
     for metric in METRICS:
-        keys = jax.random.split(jax.random.key(14), CHAINS)
+        keys = jax.random.split(_key(14, seed), CHAINS)
         run = nuts_runner(logdensity)
         xs, steps, step = run(keys, jnp.asarray(starts), jnp.asarray(chosen[metric]))
         ess = convergence.ess_bulk(np.asarray(xs))
@@ -214,19 +225,44 @@ def render() -> str:
             )
         )
     text = templating.table(("target", "d", *METRICS), rows)
+    text += "\n\n" + _by_seed()
     TABLE.write_text(text + "\n")
     return text
+
+
+def _by_seed() -> str:
+    """Geometric mean over the targets of each metric's ESS per gradient relative to the
+    learned ``A``, per seed (the seeds' spread is the noise of the comparison)."""
+    rows = []
+    for seed in range(SEEDS):
+        cells = []
+        for name in EXACT + POSTERIORS:
+            path = RESULTS / (f"{name}.json" if seed == 0 else f"{name}_seed{seed}.json")
+            if path.exists():
+                cells.append(json.loads(path.read_text())["metrics"])
+        if not cells:
+            continue
+        ratios = {
+            m: np.exp(np.mean([np.log(c[m]["min_ess_per_grad"] / c["fisher_learned"]
+                                      ["min_ess_per_grad"]) for c in cells]))
+            for m in METRICS[1:]
+        }  # fmt: skip
+        rows.append((seed, len(cells), *(f"{ratios[m]:.2f}" for m in METRICS[1:])))
+    return templating.table(
+        ("seed", "targets", *(f"{m} / fisher_learned" for m in METRICS[1:])), rows
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="the table only")
     parser.add_argument("--targets", nargs="*", default=list(EXACT + POSTERIORS))
+    parser.add_argument("--seed", type=int, default=0, help=f"0 to {SEEDS - 1}")
     args = parser.parse_args()
     with jax.enable_x64(True):
         if not args.render:
             for name in args.targets:
-                cell(name)
+                cell(name, args.seed)
         print(render())
 
 
