@@ -128,15 +128,14 @@ def render() -> str:
                 (
                     model,
                     chains,
-                    *(f"{c[k]['seconds']:.1f}" for k in KERNELS),
-                    *(f"{c[k]['min_ess']:.0f}" for k in KERNELS),
-                    *(f"{c[k]['ess_per_second'] / nuts:.2f}" for k in KERNELS[1:]),
+                    " / ".join(f"{c[k]['seconds']:.1f}" for k in KERNELS),
+                    " / ".join(f"{c[k]['min_ess']:.0f}" for k in KERNELS),
+                    " / ".join(f"{c[k]['ess_per_second'] / nuts:.2f}" for k in KERNELS[1:]),
                 )
             )
     text = templating.table(
-        ("model", "chains", "NUTS s", "Fisher NUTS s", "FisherMALA s", "NUTS min ESS",
-         "Fisher NUTS min ESS", "FisherMALA min ESS", "Fisher NUTS / NUTS (ESS/s)",
-         "FisherMALA / NUTS (ESS/s)"),
+        ("model", "chains", "seconds: NUTS / Fisher NUTS / FisherMALA", "min bulk ESS (same order)",
+         "ESS/s over NUTS's: Fisher NUTS / FisherMALA"),
         rows,
     )  # fmt: skip
     TABLE.write_text(text + "\n")
