@@ -33,6 +33,12 @@ def test_quickstart_runs_in_quick_mode(tmp_path):
     identity = float(re.search(r"([\d.]+) is the identity's", proc.stdout).group(1))
     distances = numbers_after("by chain:", proc.stdout)
     assert len(distances) >= 2 + 2 and max(distances[:2]) < identity, (distances, identity)
+    # quick mode is long enough to show what the example is about: FisherMALA ahead of MALA
+    ess = {
+        name: float(re.search(rf"^{name} +bulk ESS min +([\d.]+)", proc.stdout, re.M).group(1))
+        for name in ("mala", "fisher_mala")
+    }
+    assert ess["fisher_mala"] > 5 * ess["mala"], ess
     assert (tmp_path / "preconditioner.png").stat().st_size > 1000
     assert (tmp_path / "fisher_mala.nc").stat().st_size > 1000
 
