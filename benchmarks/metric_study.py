@@ -2,6 +2,7 @@
 
     python -m benchmarks.metric_study            # every cell, cached; then the table
     python -m benchmarks.metric_study --seed 1   # the repeat with other keys
+    python -m benchmarks.metric_study --residual kilpisjarvi   # learned A vs the truth
     python -m benchmarks.metric_study --render   # the table only
 
 Per target, float64, 4 chains, the same starts and keys for every metric:
@@ -253,13 +254,33 @@ def _by_seed() -> str:
     )
 
 
+def residual(name: str, seed: int = 0) -> dict:
+    """How far each chain's learned ``A`` is from the reference covariance: the eigenvalues
+    of ``Cov^{-1/2} A Cov^{-1/2}`` scaled to mean 1 (all 1 when ``A`` is proportional to the
+    covariance; their ratio is the condition number NUTS is left with), and the
+    covariance's own eigenvalues."""
+    cov = np.cov(_reference(name).T)
+    w, v = np.linalg.eigh(cov)
+    root = (v * w**-0.5) @ v.T
+    learned, _, _ = _warmup(name, seed)
+    left = [np.linalg.eigvalsh(root @ a @ root) for a in learned]
+    return {
+        "covariance_eigenvalues": w.tolist(),
+        "whitened_eigenvalues": [(e / e.mean()).tolist() for e in left],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="the table only")
     parser.add_argument("--targets", nargs="*", default=list(EXACT + POSTERIORS))
     parser.add_argument("--seed", type=int, default=0, help=f"0 to {SEEDS - 1}")
+    parser.add_argument("--residual", metavar="TARGET", help="the learned A against the truth")
     args = parser.parse_args()
     with jax.enable_x64(True):
+        if args.residual:
+            print(json.dumps(residual(args.residual, args.seed), indent=1))
+            return
         if not args.render:
             for name in args.targets:
                 cell(name, args.seed)
