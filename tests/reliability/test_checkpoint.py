@@ -208,7 +208,7 @@ def test_a_run_killed_at_random_moments_resumes_bit_identically(tmp_path, kills)
 @pytest.mark.parametrize(
     "sampler, options",
     [("fisher_mala", {}), ("fisher_mala", {"pooled": True}), ("adamala", {}), ("mala", {}),
-     ("hmc", {}), ("fisher_mala", {"record_precond": True})],
+     ("hmc", {}), ("mmala", {}), ("fisher_mala", {"record_precond": True})],
 )  # fmt: skip
 def test_a_run_killed_inside_its_warmup_resumes_there(tmp_path, monkeypatch, sampler, options):
     def run(**kwargs):
