@@ -2,12 +2,14 @@
 
     python -m benchmarks.metric_study            # every cell, cached; then the table
     python -m benchmarks.metric_study --seed 1   # the repeat with other keys
-    python -m benchmarks.metric_study --residual kilpisjarvi   # learned A vs the truth
+    python -m benchmarks.metric_study --residual kilpisjarvi [--damping 10 --warmup 20000]
     python -m benchmarks.metric_study --render   # the table only
 
 Per target, float64, 4 chains, the same starts and keys for every metric:
 
-1. FisherMALA runs 5000 warm-up iterations (Algorithm 1) and 2000 more with ``R`` frozen;
+1. FisherMALA runs 5000 warm-up iterations (Algorithm 1 with Fisher NUTS's damping,
+   ``FISHER_NUTS_DAMPING``, as in Fisher NUTS's Fisher phase) and 2000 more with ``R``
+   frozen;
    each chain's learned ``A = R R^T`` and its 2000 draws and gradients are the
    "warm-up" every metric below may use;
 2. BlackJAX's NUTS (multinomial, 10 doublings) then runs from each chain's last draw,
@@ -110,14 +112,19 @@ def geometric_mean(a, b):
     return root @ power(inverse_root @ b @ inverse_root, 0.5) @ root
 
 
-def _warmup(name, seed=0):
-    """Per chain: learned ``A``, warm-up draws and gradients, last draw."""
+def _warmup(name, seed=0, damping=None, num_warmup=FISHER_WARMUP):
+    """Per chain: learned ``A``, warm-up draws and gradients (``damping``: Fisher NUTS's
+    by default)."""
     import fisher_mala as fm
 
     logdensity, _, x0 = _target(name)
+    from fisher_mala.whitened_warmup import FISHER_NUTS_DAMPING
+
+    # Fisher NUTS's Fisher phase: Algorithm 1 with its damping (0.1, not Algorithm 1's 10)
+    damping = FISHER_NUTS_DAMPING if damping is None else damping
     result = fm.sample(_key(13, seed), "fisher_mala", logdensity, x0,
-                       num_warmup=FISHER_WARMUP, num_samples=WARMUP_DRAWS,
-                       diagnose=False)  # fmt: skip
+                       num_warmup=num_warmup, num_samples=WARMUP_DRAWS,
+                       damping=damping, diagnose=False)  # fmt: skip
     r = np.asarray(result.parameters.sqrt_precond)
     x = np.asarray(result.samples)
     g = np.asarray(jax.vmap(jax.vmap(jax.grad(logdensity)))(jnp.asarray(x)))
@@ -254,7 +261,7 @@ def _by_seed() -> str:
     )
 
 
-def residual(name: str, seed: int = 0) -> dict:
+def residual(name: str, seed: int = 0, damping=None, num_warmup=FISHER_WARMUP) -> dict:
     """How far each chain's learned ``A`` is from the reference covariance: the eigenvalues
     of ``Cov^{-1/2} A Cov^{-1/2}`` scaled to mean 1 (all 1 when ``A`` is proportional to the
     covariance; their ratio is the condition number NUTS is left with), and the
@@ -262,11 +269,12 @@ def residual(name: str, seed: int = 0) -> dict:
     cov = np.cov(_reference(name).T)
     w, v = np.linalg.eigh(cov)
     root = (v * w**-0.5) @ v.T
-    learned, _, _ = _warmup(name, seed)
+    learned, _, _ = _warmup(name, seed, damping, num_warmup)
     left = [np.linalg.eigvalsh(root @ a @ root) for a in learned]
     return {
         "covariance_eigenvalues": w.tolist(),
         "whitened_eigenvalues": [(e / e.mean()).tolist() for e in left],
+        "condition_numbers": [float(e.max() / e.min()) for e in left],
     }
 
 
@@ -276,10 +284,13 @@ def main() -> None:
     parser.add_argument("--targets", nargs="*", default=list(EXACT + POSTERIORS))
     parser.add_argument("--seed", type=int, default=0, help=f"0 to {SEEDS - 1}")
     parser.add_argument("--residual", metavar="TARGET", help="the learned A against the truth")
+    parser.add_argument("--damping", type=float, help="--residual: the Fisher damping")
+    parser.add_argument("--warmup", type=int, default=FISHER_WARMUP, help="--residual: its length")
     args = parser.parse_args()
     with jax.enable_x64(True):
         if args.residual:
-            print(json.dumps(residual(args.residual, args.seed), indent=1))
+            out = residual(args.residual, args.seed, args.damping, args.warmup)
+            print(json.dumps(out, indent=1))
             return
         if not args.render:
             for name in args.targets:
