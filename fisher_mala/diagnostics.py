@@ -263,7 +263,8 @@ def _posterior_dict(samples) -> dict[str, Any]:
 
 def to_arviz(result):
     """An ArviZ 1.x ``DataTree`` with ``posterior``, ``sample_stats`` and, for NumPyro
-    models (:func:`fm.sample_numpyro`), ``log_likelihood`` groups.
+    and PyMC models (:func:`fm.sample_numpyro`, :func:`fm.sample_pymc`), ``log_likelihood``
+    groups.
 
     ``sample_stats`` uses ArviZ's names: ``lp`` (log density), ``acceptance_rate``,
     ``step_size`` (the frozen ``sigma^2`` per chain, repeated over draws), ``diverging``

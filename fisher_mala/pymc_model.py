@@ -93,6 +93,24 @@ def _constrainer(model, names):
     return constrain, out_names
 
 
+def _pointwise_log_likelihood(model, names, unconstrained) -> dict | None:
+    """``{observed variable: (chains, draws, *shape)}``: each observation's log-likelihood
+    at every draw (PyMC's elementwise ``logp`` of the observed variables), one chain at a
+    time; ``None`` for a model without observed variables."""
+    from pymc.sampling.jax import get_jaxified_graph
+
+    observed = list(model.observed_RVs)
+    if not observed:
+        return None
+    fn = get_jaxified_graph(inputs=model.value_vars, outputs=model.logp(vars=observed, sum=False))
+    per_draw = jax.jit(jax.vmap(lambda position: fn(*[position[n] for n in names])))
+    num_chains = jax.tree.leaves(unconstrained)[0].shape[0]
+    chains = [per_draw({n: x[c] for n, x in unconstrained.items()}) for c in range(num_chains)]
+    return {
+        v.name: np.stack([np.asarray(chain[i]) for chain in chains]) for i, v in enumerate(observed)
+    }
+
+
 def sample_pymc(
     rng_key,
     model,
@@ -123,8 +141,10 @@ def sample_pymc(
         deterministic variable, constrained, computed in the model's precision (float64
         unless PyTensor's ``floatX`` says otherwise, in a local ``jax.enable_x64``);
         ``coords`` and ``dims`` are the model's, so :func:`fm.to_arviz` labels each
-        dimension. The checks and ESS of
-        :func:`fm.sample` were computed on the unconstrained draws.
+        dimension; ``log_likelihood`` holds every observed variable's pointwise
+        log-likelihood at every draw (``az.loo``, ``az.compare``). The checks (and their
+        warnings) run on the model's variables, by their names; rank-normalized R-hat and
+        ESS do not change under the per-coordinate transforms between the two spaces.
     """
     _require_pymc()
     with jax.enable_x64(_model_x64()):
@@ -152,6 +172,7 @@ def _sample_pymc(rng_key, model, sampler, num_chains, num_warmup, num_samples, *
     )
     constrain, out_names = _constrainer(model, names)
     constrained = jax.jit(jax.vmap(jax.vmap(constrain)))(result.samples)
+    pointwise = _pointwise_log_likelihood(model, names, result.samples)
     dims = {
         n: list(model.named_vars_to_dims[n]) for n in out_names if n in model.named_vars_to_dims
     }
@@ -161,6 +182,7 @@ def _sample_pymc(rng_key, model, sampler, num_chains, num_warmup, num_samples, *
         samples={n: np.asarray(v) for n, v in constrained.items()},
         coords=coords,
         dims=dims,
+        log_likelihood=pointwise,
     )
     if diagnose:
         # The rank-based R-hat and ESS are invariant under the per-coordinate monotone

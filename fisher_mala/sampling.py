@@ -129,7 +129,8 @@ class SamplingResult:
         them (:func:`fm.sample_pymc`); :func:`fm.to_arviz` passes them on.
     log_likelihood
         ``{observed site: (chains, draws, *shape)}``: the pointwise log-likelihood of every
-        draw (:func:`fm.sample_numpyro`), for ``az.loo`` and ``az.compare``; else ``None``.
+        draw (:func:`fm.sample_numpyro`, :func:`fm.sample_pymc`), for ``az.loo`` and
+        ``az.compare``; else ``None``.
     """
 
     sampler: str

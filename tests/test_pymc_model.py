@@ -49,6 +49,15 @@ def test_eight_schools_named_constrained_dims_match_numpyro_nuts():
     # the checks name the model's variables (tau, theta[...]), not tau_log__ / theta_raw only
     names = result.diagnosis.names
     assert "tau" in names and not any("log__" in n for n in names)
+    # the pointwise log-likelihood (az.loo): each school's normal log density at each draw
+    import arviz as az
+    from scipy.stats import norm
+
+    assert result.log_likelihood["obs"].shape == (2, 1500, 8)
+    theta = result.samples["theta"][1, :5]
+    np.testing.assert_allclose(result.log_likelihood["obs"][1, :5],
+                               norm.logpdf(Y, theta, SIGMA), rtol=1e-9)  # fmt: skip
+    assert np.isfinite(az.loo(fm.to_arviz(result)).elpd)
 
 
 def test_warnings_name_the_models_variables():
