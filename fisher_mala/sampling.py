@@ -768,24 +768,23 @@ def _warm_up_in_parts(run: "_Run", keys, positions, data, saved):
         return out
 
     if saved is None:
-        (states, start), done, rates, traces = call("start", None), 0, [], []
+        (states, start), done, rates, trace = call("start", None), 0, None, None
     else:
         states, start = jax.tree.map(jnp.asarray, (saved["states"], saved["start"]))
-        done, rates, traces = saved["done"], [saved["rates"]], [saved["trace"]]
+        done, rates, trace = saved["done"], saved["rates"], saved["trace"]
         seconds["compile"], seconds["run"] = saved["timings"][:2]
     for index in range(done, len(parts)):
         segment = parts[index]
-        states, more, trace = call("advance", states, segment.begin, segment._replace(begin=0))
-        rates.append(_to_host(more))
-        traces.append(None if trace is None else _to_host(trace))
-        rates = [_join_parts(rates, lambda part: -1)]
-        traces = [_join_parts(traces, lambda part: part.iteration.ndim - 1)]
+        states, more, snaps = call("advance", states, segment.begin, segment._replace(begin=0))
+        rates = _join_parts([rates, _to_host(more)], lambda part: -1)
+        snaps = None if snaps is None else _to_host(snaps)
+        trace = _join_parts([trace, snaps], lambda part: part.iteration.ndim - 1)
         run.checkpoint.save_warmup(
-            states, start, rates[0], traces[0], index + 1, (seconds["compile"], seconds["run"])
+            states, start, rates, trace, index + 1, (seconds["compile"], seconds["run"])
         )
     states, parameters = call("finish", states)
     evals = start.num_grad_evals + sum(p.num_steps * p.grads_per_step for p in parts)
-    info = WarmupInfo(*rates[0], start.step_size, evals, traces[0])
+    info = WarmupInfo(*rates, start.step_size, evals, trace)
     return ((states, parameters), info), seconds["compile"], seconds["run"]
 
 

@@ -15,7 +15,8 @@ z-scores, the four facts the answer rests on:
    another ``A`` does not;
 4. the small-step limit on a target of varying curvature: ``S(A) / sigma^2 -> E[H A H]``,
    which on independent coordinates puts ``A_jj`` proportional to ``E[h_j^2]^{-1/2}``,
-   not ``1 / E[-h_j] = I^{-1}_jj``; and FisherMALA's warm-up learns the former.
+   not ``1 / E[-h_j] = I^{-1}_jj``; and FisherMALA's warm-up learns the fixed point of
+   ``A^{-1} ~ S(A)`` at its step (between the two at high acceptance), not ``I^{-1}``.
 """
 
 import jax
