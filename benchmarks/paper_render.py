@@ -141,6 +141,96 @@ def table_markdown(name, cells) -> str:
     return "\n".join(lines)
 
 
+SHORT_TARGETS = {
+    "gp": "GP", "inhomogeneous": "Neal", "pima": "Pima", "caravan": "Caravan",
+    "mnist56": "MNIST", "heart": "Heart", "german": "German", "australian": "Austr.",
+    "ripley": "Ripley",
+}  # fmt: skip
+
+
+#: Method names short enough for a one-row-per-method table at 1200 px.
+SHORT_LABELS = {
+    **LABELS,
+    "fisher_mala-increment": "Fisher, no RB",
+    "fisher_mala-centered": "Fisher, paired",
+    "fisher_mala-score": "Fisher, score",
+}
+
+
+def _compared(cells):
+    """``[(experiment, target, config, ours, paper)]`` for every cell the paper reports:
+    ``ours`` and ``paper`` map ``max``/``median``/``min`` to ``(mean, sd)``."""
+    out = []
+    for name, (configs, targets) in EXPERIMENTS.items():
+        for target in targets:
+            for config in configs:
+                ref = PAPER[name].get(target, {}).get(config)
+                records = cells.get((target, config))
+                if ref is None or records is None or (name != "table1" and config == "fisher_mala"):
+                    continue
+                ours = {k: _stats(records, f"ess_{k}") for k in ("max", "median", "min")}
+                out.append((name, target, config, ours, {k: tuple(ref[k]) for k in ours}))
+    return out
+
+
+def _within(ours, paper, key):
+    p_mean, p_sd = paper[key]
+    return p_mean - 2 * p_sd <= ours[key][0] <= p_mean + 2 * p_sd
+
+
+def figure_overview(cells, out: Path) -> list[str]:
+    """Ours against the paper: median and min ESS of every cell, mean ± sd error bars."""
+    compared = _compared(cells)
+    if not compared:
+        return []
+    plt = _plt()
+    configs = list(dict.fromkeys(c for _, _, c, _, _ in compared))
+    markers = dict(zip(configs, "osD^v<>P*", strict=False))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    for ax, key in zip(axes, ("median", "min"), strict=True):
+        inside = sum(_within(o, p, key) for *_, o, p in compared)
+        for config in configs:
+            rows = [(o[key], p[key]) for _, _, c, o, p in compared if c == config]
+            (om, osd), (pm, psd) = (np.array(v).T for v in zip(*rows, strict=True))
+            ax.errorbar(pm, om, xerr=psd, yerr=osd, fmt=markers[config], ms=5, lw=0.8,
+                        capsize=2, label=LABELS[config], alpha=0.85)  # fmt: skip
+        lo = min(min(o[key][0], p[key][0]) for *_, o, p in compared) / 2
+        hi = max(max(o[key][0], p[key][0]) for *_, o, p in compared) * 2
+        line = np.array([lo, hi])
+        ax.plot(line, line, color="k", lw=0.8)
+        ax.fill_between(line, line / 2, line * 2, color="0.85", zorder=0)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
+        ax.set_xlabel(f"{key} ESS, paper (mean ± sd)")
+        ax.set_ylabel(f"{key} ESS, ours (mean ± sd)")
+        ax.set_title(f"{key} ESS: {inside} of {len(compared)} cells within the paper's ± 2 sd",
+                     fontsize=10)  # fmt: skip
+    axes[1].legend(fontsize=8, loc="upper left")
+    fig.suptitle("Every cell of the paper's tables (9 targets): ours against the paper "
+                 "(grey: within a factor of 2)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(out / "overview.png", dpi=100)
+    plt.close(fig)
+    return ["overview.png"]
+
+
+def overview_table(cells) -> str:
+    """Min ESS ours / paper per method (rows) and target (columns); ⚑ outside ± 2 sd."""
+    compared = _compared(cells)
+    targets = [t for t in SHORT_TARGETS if any(t == c[1] for c in compared)]
+    rows = []
+    for config in dict.fromkeys(c for _, _, c, _, _ in compared):
+        row = [SHORT_LABELS[config]]
+        for target in targets:
+            cell = [(o, p) for _, t, c, o, p in compared if (t, c) == (target, config)]
+            if not cell:
+                row.append("-")
+                continue
+            o, p = cell[0]
+            row.append(f"{o['min'][0] / p['min'][0]:.2f}" + ("" if _within(o, p, "min") else " ⚑"))
+        rows.append(row)
+    return templating.table(["method", *(SHORT_TARGETS[t] for t in targets)], rows)
+
+
 def _plt():
     import matplotlib
 
@@ -331,16 +421,29 @@ def render(root: Path, out: Path) -> Path:
         "figures_logtarget": figure_logtarget(cells, images),
         "figures_step_sizes": figure_step_sizes(cells, images),
     }
+    figures["figure_overview"] = figure_overview(cells, images)
+    titles = {
+        "table1": "Table 1 and Appendix E: every target, every sampler (max / median / min ESS)",
+        "variants": "FisherMALA variants: every target",
+        "noncentered": "FisherMALA from the raw score: every target",
+    }
     values = {
         "hardware": _hardware(cells),
-        **{name: table_markdown(name, cells) for name in ("table1", "variants", "noncentered")},
+        "overview_table": overview_table(cells),
+        **{
+            name: templating.collapsed(title, table_markdown(name, cells))
+            for name, title in titles.items()
+        },
         **{
             key: "\n\n".join(f"![{fig}](images/results/{fig})" for fig in names)
             or "(no cached cells for this figure)"
             for key, names in figures.items()
         },
-        "timing_table": _timing_table(cells),
+        "timing_table": templating.collapsed("Wall-clock time of every cell", _timing_table(cells)),
     }
+    values["figures_logtarget"] = templating.collapsed(
+        "The log target across the sampling phase, every target", values["figures_logtarget"]
+    )
     path = out / "results.md"
     path.write_text(templating.fill(templating.load("results.md"), values))
     return path

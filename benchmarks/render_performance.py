@@ -398,7 +398,7 @@ def _race_values(root: Path) -> dict:
         "stay for the record of the earlier race."
     )
     return {
-        "race_table": versus_blackjax.render(root),
+        "race_table": _race_tables(root, "Every sampler on every target"),
         **versus_blackjax.goal_values(root),
         "losses_table": templating.table(header, lines),
         "losses_check": check,
@@ -679,11 +679,36 @@ def _gpu_race_values(race: Path) -> dict:
         "gpu_race_draws": f"{draws:,}",
         "gpu_race_needed_per_draw": f"{needed:.1f}",
         "gpu_race_reached": ", ".join(reached) or "no target",
-        "gpu_race_table": versus_blackjax.render(race),
+        "gpu_race_table": _race_tables(race, "Every sampler on every target, on the GPU"),
     }
 
 
+def _race_tables(root, title: str) -> str:
+    """:func:`versus_blackjax.render`'s full table, collapsed, then its summary table."""
+    full, summary = versus_blackjax.render(root).split("\n\n", 1)
+    return templating.collapsed(title, full) + "\n" + summary
+
+
+#: Tables too wide or too long to show open: collapsed under these titles.
+COLLAPSED = {
+    "step_cost_table": "Every cell: microseconds per iteration and the ratios",
+    "pooled_cost_table": "Every cell: shared R against 16 R",
+    "pooled_table": "Every target: burn-in to the independent chains' distance",
+    "losses_table": "The figures of each target where FisherMALA loses",
+    "projection_table": "Every projection of the shortened NUTS cells",
+    "gpu_table": "Every GPU cell: microseconds per iteration",
+}
+
+
 def values(out: Path = DOCS) -> dict:
+    """Every placeholder's value, the wide tables collapsed (writes the plots)."""
+    found = _values(out)
+    for name, title in COLLAPSED.items():
+        found[name] = templating.collapsed(title, found[name])
+    return found
+
+
+def _values(out: Path = DOCS) -> dict:
     """Every placeholder's value (writes the two plots under ``out/images``)."""
     data = _load("step_cost.json")
     rows, meta = data["rows"], data["meta"]

@@ -274,11 +274,51 @@ def render(root=RESULTS) -> str:
     return templating.table(header, lines)
 
 
+PLOT = DOCS.parent / "images" / "run_checks.png"
+#: The checks, in the order the figure shows them.
+CHECK_NAMES = (
+    "rhat", "ess", "chains_disagree", "acceptance", "rejection_streak", "divergences",
+    "nonfinite",
+)  # fmt: skip
+
+
+def plot(out=PLOT, root=RESULTS) -> Path:
+    """Which checks fired, as the share of each cell's seeds: hard and multi-modal cells
+    (which should fail some) above healthy ones (which should fail none)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(p.read_text()) for n in CELLS if (p := root / f"{n}.json").exists()]
+    order = {"hard": 0, "modes": 1, "healthy": 2}
+    records.sort(key=lambda r: order.get(r["role"], 3))
+    share = np.array([
+        [np.mean([name in run["checks"] for run in r["runs"]]) for name in CHECK_NAMES]
+        for r in records
+    ])  # fmt: skip
+    fig, ax = plt.subplots(figsize=(8, 0.27 * len(records) + 1.6))
+    ax.imshow(share, cmap="Reds", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(CHECK_NAMES)), CHECK_NAMES, rotation=30, ha="right", fontsize=8)
+    labels = [f"{r['cell']} ({r['role']}, {len(r['runs'])} seeds)" for r in records]
+    ax.set_yticks(range(len(records)), labels, fontsize=8)
+    for i in range(len(records)):
+        if not share[i].any():
+            ax.text(len(CHECK_NAMES) / 2 - 0.5, i, "no check fired", ha="center", va="center",
+                    fontsize=7, color="0.4")  # fmt: skip
+    ax.set_title("Share of seeds in which each check fired (red: all)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def write_docs(page=DOCS) -> str:
     text = page.read_text()
     head, rest = text.split(MARKERS[0])
     _, tail = rest.split(MARKERS[1])
-    new = f"{head}{MARKERS[0]}\n{render()}\n{MARKERS[1]}{tail}"
+    table = templating.collapsed("Every run: the checks that failed, R-hat, ESS, truth", render())
+    new = f"{head}{MARKERS[0]}\n{table}\n{MARKERS[1]}{tail}"
     page.write_text(new)
     return new
 
@@ -290,6 +330,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.write_docs:
         write_docs()
+        plot()
         return
     names = list(CELLS) if args.cells == "all" else args.cells.split(",")
     for name in names:

@@ -305,8 +305,8 @@ def render() -> str:
             "sigma^2 at 0.574",
             "fixed point vs I^-1",
             "small-step limit vs I^-1",
-            "fixed point vs small-step limit",
-            "fixed point vs I^-1 at acceptance 0.35 / 0.574 / 0.8 / 0.95",
+            "fixed point vs small-step",
+            "fixed point vs I^-1, acceptance 0.35 / 0.574 / 0.8 / 0.95",
         ),
         rows,
     )

@@ -6,7 +6,7 @@ A template names each generated value ``{{name}}``; :func:`fill` replaces them a
 import re
 from pathlib import Path
 
-__all__ = ["TEMPLATES", "fill", "load", "table"]
+__all__ = ["TEMPLATES", "collapsed", "fill", "load", "table"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -33,3 +33,10 @@ def table(header, rows) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def collapsed(title: str, text: str) -> str:
+    """``text`` in a collapsed block titled ``title`` (``pymdownx.details``): a full table
+    a reader opens when the summary beside it is not enough."""
+    body = "\n".join(("    " + line) if line else "" for line in text.splitlines())
+    return f'??? note "{title}"\n\n{body}\n'

@@ -504,9 +504,7 @@ def render_whitened(root=RESULTS) -> dict:
         ]
         cost.append([target, *micro])
     return {
-        "race_table": templating.table(
-            ["target", "d", *names, "Fisher NUTS / best peer"], lines
-        ),
+        "race_table": templating.table(["target", "d", *names, "Fisher NUTS / best peer"], lines),
         "race_per_grad_table": templating.table(["target", *names], per_grad),
         "race_cost_table": templating.table(["target", *names], cost),
         "race_wins": sum(wins),
@@ -515,6 +513,80 @@ def render_whitened(root=RESULTS) -> dict:
         "race_grad_wins": sum(grad_wins),
         "race_grad_targets": len(grad_wins),
     }
+
+
+def race_ratios(root=RESULTS) -> list[dict]:
+    """Per target (peers run in full): the best Fisher NUTS cell (per-chain or pooled R)
+    against the best peer, in min bulk ESS per second and per gradient."""
+    out = []
+    for target in (*TARGETS, *POSTERIORDB):
+        rows = {
+            s: json.loads(p.read_text())
+            for s in (*WHITENED[:2], *PEERS)
+            if (p := root / target / f"{s}.json").exists()
+        }
+        peers = {s: r for s, r in rows.items() if s in PEERS and _full_peer(r)}
+        fisher = {s: r for s, r in rows.items() if s in WHITENED}
+        if not peers or not fisher:
+            continue
+        row = {"target": target, "dim": next(iter(rows.values()))["dim"]}
+        for unit in ("second", "grad"):
+            key = f"bulk_min_per_{unit}"
+            mine = max(fisher.values(), key=lambda r: r[key])
+            peer = max(peers, key=lambda s: peers[s][key])
+            row[unit] = (mine[key], peer, peers[peer][key], mine[key] / peers[peer][key])
+        out.append(row)
+    return out
+
+
+def render_lead(root=RESULTS) -> str:
+    """The compact race table: Fisher NUTS against the best peer, ratios."""
+    lines = [
+        [
+            r["target"], r["dim"], _per_second(r["second"][0]), r["second"][1],
+            f"**{r['second'][3]:.2f}**", r["grad"][1], f"{r['grad'][3]:.2f}",
+        ]
+        for r in race_ratios(root)
+    ]  # fmt: skip
+    header = ["target", "d", "Fisher NUTS ESS/s", "best peer /s", "ratio /s", "best peer /grad",
+              "ratio /grad"]  # fmt: skip
+    return templating.table(header, lines)
+
+
+LEAD_PLOT = RESULTS.parents[2] / "docs" / "images" / "fisher_nuts_vs_best_peer.png"
+
+
+def plot_lead(out=LEAD_PLOT, root=RESULTS) -> Path:
+    """Fisher NUTS over the best peer per target, per second and per gradient, peer named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    ratios = race_ratios(root)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.42 * len(ratios) + 1.4), sharey=True)
+    y = np.arange(len(ratios))[::-1]
+    for ax, unit, title in zip(axes, ("second", "grad"), ("per second", "per gradient"),
+                               strict=True):  # fmt: skip
+        values = np.array([r[unit][3] for r in ratios])
+        colors = ["tab:blue" if v >= 1 else "tab:red" for v in values]
+        ax.barh(y, values - 1.0, left=1.0, color=colors, height=0.7)  # from 1: even
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        for yi, v, r in zip(y, values, ratios, strict=True):
+            ax.text(max(v, 1.0) * 1.06, yi, f"{v:.2f} vs {r[unit][1]}", va="center",
+                    ha="left", fontsize=8)  # fmt: skip
+        ticks = [t for t in (0.25, 0.5, 1, 2, 4, 8) if values.min() / 2 <= t <= values.max() * 8]
+        ax.set_xlim(min(values.min(), 1.0) / 1.3, max(values.max(), 1.0) * 8)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(f"min bulk ESS {title}: Fisher NUTS / best peer", fontsize=10)
+    axes[0].set_yticks(y, [f"{r['target']} (d = {r['dim']})" for r in ratios], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
 
 
 def _diagonal_mark(record) -> str:
@@ -794,8 +866,16 @@ MARKERS = ("<!-- race:start -->", "<!-- race:end -->")
 def render_whitened_page() -> str:
     """The race section of ``docs/fisher_nuts.md``: ``templates/fisher_nuts_race.md`` with
     every table and count of the cached cells."""
+    full = render_whitened()
+    for name, title in (
+        ("race_table", "Min bulk ESS per second, every sampler"),
+        ("race_per_grad_table", "Min bulk ESS per gradient evaluation, every sampler"),
+        ("race_cost_table", "Microseconds per gradient evaluation, every sampler"),
+    ):
+        full[name] = templating.collapsed(title, full[name])
     values = {
-        **render_whitened(),
+        "lead_table": render_lead(),
+        **full,
         **render_repeats(),
         "mnist_table": render_mnist(),
         "metric_table": metric_choice.render(),
@@ -841,7 +921,7 @@ def plot_whitened(out=PLOT, root=RESULTS) -> Path:
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(targets)) + 0.4 - width / 2, targets, rotation=30, ha="right")
     ax.set_ylabel("min bulk ESS per second")
-    ax.legend(ncol=len(names), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.legend(ncol=4, fontsize=10, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -916,6 +996,7 @@ def main(argv=None):
     if args.write_docs:
         write_whitened_docs()
         plot_whitened()
+        plot_lead()
         return
     if args.render_whitened:
         print(render_whitened_page())

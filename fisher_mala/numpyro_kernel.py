@@ -78,6 +78,45 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     return _checked_init_params(kernel, init_params, params[0])
 
 
+#: Adaptive Fisher iterations per unconstrained dimension below which the NumPyro kernels
+#: warn. On the paper's GP target (d = 100) the learned preconditioner's Frobenius distance
+#: to the truth falls about tenfold over the first 50 d iterations of the Fisher phase and
+#: keeps falling until about 150 d (``docs/how_it_works.md``, section 6; Figure 2 of the
+#: paper): with fewer, ``R`` is closer to the damped start than to the target's geometry.
+MIN_FISHER_ITERATIONS_PER_DIM = 50
+
+
+def _warn_short_fisher_phase(kernel, position) -> None:
+    """A :class:`~fisher_mala.checks.SamplingWarning` (once per kernel) when the Fisher
+    phase has fewer than :data:`MIN_FISHER_ITERATIONS_PER_DIM` iterations per dimension.
+
+    ``kernel._num_fisher(num_warmup)`` gives the adaptive Fisher iterations of a warm-up.
+    """
+    import warnings
+
+    from fisher_mala.checks import SamplingWarning
+
+    dim = sum(int(np.prod(jnp.shape(leaf))) for leaf in jax.tree.leaves(position))
+    needed = MIN_FISHER_ITERATIONS_PER_DIM * dim
+    num_fisher = kernel._num_fisher(kernel._num_warmup)
+    if num_fisher >= needed or getattr(kernel, "_warned_short", False):
+        return
+    kernel._warned_short = True
+    low, high = kernel._num_warmup, 2 * (kernel._num_warmup + needed) + 16
+    while low < high:  # the shortest warm-up whose Fisher phase is long enough
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if kernel._num_fisher(middle) < needed else (low, middle)
+    warnings.warn(
+        f"{type(kernel).__name__}: the warm-up leaves {num_fisher} iterations to learn the "
+        f"Fisher preconditioner of this {dim}-dimensional model; it needs about "
+        f"{MIN_FISHER_ITERATIONS_PER_DIM} per dimension ({needed}) to get close to the "
+        f"target's geometry. Pass num_warmup={low} or more to "
+        "MCMC (the draws stay valid, the sampler is just less efficient than it can be).",
+        SamplingWarning,
+        stacklevel=4,
+    )
+
+
 def _checked_init_params(kernel, init_params, like):
     """The user's ``init_params`` (unconstrained, as NumPyro's NUTS takes them), checked:
     the model's sites and shapes, finite values and a finite log density there."""
@@ -226,6 +265,7 @@ class FisherMALAKernel(MCMCKernel):
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_search = jax.random.split(rng_key, 3)
         init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
+        _warn_short_fisher_phase(self, init_params)
         step = self._step_size
         if self._find_step_size:
             step = find_reasonable_step_size(
@@ -250,6 +290,10 @@ class FisherMALAKernel(MCMCKernel):
 
     def _fisher_step(self, key, fs):
         return self._adaptive(key, fs, self._logdensity)
+
+    def _num_fisher(self, num_warmup: int) -> int:
+        """Adaptive Fisher iterations of a warm-up of ``num_warmup`` (after the MALA ones)."""
+        return num_warmup - min(self._num_mala_steps, num_warmup)
 
     def _phases(self) -> tuple[Phase, ...]:
         """Algorithm 1 as a schedule on one FisherMALA state, stepped one transition per
@@ -527,9 +571,25 @@ class FisherNUTSKernel(MCMCKernel):
     def _logdensity(self, z):
         return -self._potential_fn(z)
 
-    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+    def _warmup(self, logdensity_fn=None):
+        """The :class:`~fisher_mala.whitened_warmup.FisherHMCWarmup` that ``init`` runs."""
         from fisher_mala.whitened_warmup import FisherHMCWarmup
 
+        return FisherHMCWarmup(
+            logdensity_fn or (lambda z: -jnp.sum(z**2)),
+            self._algorithm,
+            max_num_doublings=self._max_num_doublings,
+            num_integration_steps=self._num_integration_steps,
+            **self._warmup_options,
+        )
+
+    def _num_fisher(self, num_warmup: int) -> int:
+        """Adaptive Fisher iterations of a warm-up of ``num_warmup`` (after the MALA ones)."""
+        warmup = self._warmup()
+        num_fisher, _ = warmup.split(num_warmup)
+        return num_fisher - min(warmup.fisher.num_mala_steps, num_fisher)
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         if not is_prng_key(rng_key):
             raise ValueError(
                 "FisherNUTSKernel runs one chain per key: use chain_method='parallel' or "
@@ -542,15 +602,10 @@ class FisherNUTSKernel(MCMCKernel):
         init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
         # NumPyro passes the same argument objects to the init of every chain of a run:
         # the warm-up is compiled once for them (the objects are kept, so ids stay theirs)
+        _warn_short_fisher_phase(self, init_params)
         cache_key = (self._num_warmup, id(model_args), id(model_kwargs))
         if cache_key not in self._compiled_warmups:
-            warmup = FisherHMCWarmup(
-                lambda z, potential=self._potential_fn: -potential(z),
-                self._algorithm,
-                max_num_doublings=self._max_num_doublings,
-                num_integration_steps=self._num_integration_steps,
-                **self._warmup_options,
-            )
+            warmup = self._warmup(lambda z, potential=self._potential_fn: -potential(z))
             num = self._num_warmup
             run = jax.jit(lambda key, params: warmup.run(key, params, num))
             self._compiled_warmups = {cache_key: (model_args, model_kwargs, run)}

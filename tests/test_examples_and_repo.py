@@ -263,6 +263,27 @@ def test_site_check_finds_raw_tex_and_broken_images(tmp_path):
     assert check_site.main([str(tmp_path)]) == 1
 
 
+def test_site_check_measures_wide_tables_and_figures_far_down_in_chromium(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import check_site
+
+    browser = check_site.chromium_binary()
+    if browser is None:
+        pytest.skip("no Chromium on the PATH (CI installs it: .ci/run)")
+    wide = tmp_path / "wide.html"
+    wide.write_text('<html><body><table><tr><th>target</th><td style="min-width:3000px">'
+                    "x</td></tr></table></body></html>")  # fmt: skip
+    tall = tmp_path / "tall.html"
+    tall.write_text('<html><body><div style="height:9000px">text</div></body></html>')
+    fits = tmp_path / "fits.html"
+    fits.write_text('<html><body><table><tr><th>target</th><td>1.0</td></tr></table>'
+                    '<div style="height:3000px"></div></body></html>')  # fmt: skip
+    assert any("'target'" in f and "px wide" in f
+               for f in check_site.layout_problems(wide, tmp_path, browser))  # fmt: skip
+    assert any("(no figure)" in f for f in check_site.layout_problems(tall, tmp_path, browser))
+    assert check_site.layout_problems(fits, tmp_path, browser) == []
+
+
 def test_sphinx_roles_are_rendered_and_a_raw_one_fails_the_site_check(tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     sys.path.insert(0, str(ROOT / "docs_hooks"))

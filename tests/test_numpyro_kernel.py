@@ -202,3 +202,29 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
     assert len(traces) == 1
     samples = mcmc.get_samples(group_by_chain=True)["mu"]
     assert samples.shape == (4, 50) and len({float(s[0]) for s in samples}) == 4
+
+
+def test_a_warm_up_too_short_for_the_fisher_phase_warns_once_with_a_length_that_suffices():
+    """Eight schools has d = 10: the Fisher phase needs 50 d = 500 iterations after the
+    500 MALA ones (FisherMALAKernel), and a share of NUTS's warm-up (FisherNUTSKernel)."""
+    import re
+    import warnings
+
+    from fisher_mala.numpyro_kernel import MIN_FISHER_ITERATIONS_PER_DIM, _warn_short_fisher_phase
+
+    kernel = fm.FisherMALAKernel(eight_schools)
+    with pytest.warns(fm.SamplingWarning, match=r"num_warmup=1000 or more") as caught:
+        kernel.init(jax.random.key(0), 900, None, (SIGMA,), {"y": Y})
+        kernel.init(jax.random.key(1), 900, None, (SIGMA,), {"y": Y})  # once per kernel
+    assert len([w for w in caught if issubclass(w.category, fm.SamplingWarning)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fm.SamplingWarning)
+        fm.FisherMALAKernel(eight_schools).init(jax.random.key(0), 1000, None, (SIGMA,), {"y": Y})
+
+    nuts = fm.FisherNUTSKernel(eight_schools)
+    nuts._num_warmup = 1000
+    needed = MIN_FISHER_ITERATIONS_PER_DIM * 10
+    with pytest.warns(fm.SamplingWarning, match="FisherNUTSKernel") as caught:
+        _warn_short_fisher_phase(nuts, np.zeros(10))
+    suggested = int(re.search(r"num_warmup=(\d+)", str(caught[0].message)).group(1))
+    assert nuts._num_fisher(suggested) >= needed > nuts._num_fisher(suggested - 1)
