@@ -42,7 +42,7 @@ def main(argv=None):
             theta = numpyro.deterministic("theta", mu + tau * theta_raw)
             numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
-    num = 600 if args.quick else 10_000
+    num = 1_000 if args.quick else 10_000  # 1000: a Fisher phase of 50 d, no warning
     mcmc = MCMC(fm.FisherMALAKernel(model), num_warmup=num, num_samples=num, num_chains=4,
                 chain_method="sequential", progress_bar=False)
     mcmc.run(jax.random.key(0), sigma, y=y)

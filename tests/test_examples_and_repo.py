@@ -72,8 +72,10 @@ def summary_value(sampler, field, text):
 
 
 def check_logistic_regression(out):
-    assert summary_value("fisher_mala", "bulk ESS min", out) >= 3.0
-    assert 0.3 < summary_value("fisher_mala", "acc", out) <= 1.0
+    """Quick mode still shows the example's point: FisherMALA far ahead of MALA."""
+    fisher = summary_value("fisher_mala", "bulk ESS min", out)
+    assert fisher >= 200.0 and fisher >= 20 * summary_value("mala", "bulk ESS min", out)
+    assert 0.3 < summary_value("fisher_mala", "acc", out) < 0.9
 
 
 def check_scan_composition(out):
