@@ -141,9 +141,7 @@ def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond=None) -> MAL
     """Create the initial :class:`MALAState` (validates the inputs first)."""
     validation.check_position(position)
     validation.check_logdensity(logdensity_fn, position)
-    if sqrt_precond is not None and not isinstance(
-        sqrt_precond, square_roots.DiagonalSqrt | square_roots.CholeskySqrt
-    ):
+    if sqrt_precond is not None and not isinstance(sqrt_precond, square_roots.STRUCTURED):
         sqrt_precond = jnp.asarray(sqrt_precond)
         validation.check_sqrt_precond(sqrt_precond, ravel(position).shape[0])
     logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
@@ -230,9 +228,7 @@ def as_top_level_api(
     >>> state, info = alg.step(jax.random.key(0), state)
     """
     validation.check_positive("step_size", step_size, "It is sigma^2 of Eq. (7).")
-    if sqrt_precond is not None and not isinstance(
-        sqrt_precond, square_roots.DiagonalSqrt | square_roots.CholeskySqrt
-    ):
+    if sqrt_precond is not None and not isinstance(sqrt_precond, square_roots.STRUCTURED):
         sqrt_precond = jnp.asarray(sqrt_precond)
         validation.check_sqrt_precond_shape(sqrt_precond, None)
         validation.check_positive(

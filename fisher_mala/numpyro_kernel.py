@@ -45,6 +45,7 @@ __all__ = [
     "FisherNUTSKernelState",
     "FisherNUTSKernel",
     "sample_numpyro",
+    "suggested_num_warmup",
 ]
 
 try:  # NumPyro is an optional extra
@@ -86,12 +87,24 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
 MIN_FISHER_ITERATIONS_PER_DIM = 50
 
 
+def suggested_num_warmup(kernel, dim: int) -> int:
+    """The shortest ``num_warmup`` whose Fisher phase gives ``kernel`` (a
+    :class:`FisherMALAKernel` or :class:`FisherNUTSKernel`) at least
+    :data:`MIN_FISHER_ITERATIONS_PER_DIM` iterations per dimension of a ``dim``-dimensional
+    model (``kernel._num_fisher(num_warmup)`` counts them)."""
+    needed = MIN_FISHER_ITERATIONS_PER_DIM * int(dim)
+    low, high = 1, 2 * needed + 4096
+    while kernel._num_fisher(high) < needed:
+        high *= 2
+    while low < high:  # the Fisher phase grows with num_warmup: bisect
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if kernel._num_fisher(middle) < needed else (low, middle)
+    return low
+
+
 def _warn_short_fisher_phase(kernel, position) -> None:
     """A :class:`~fisher_mala.checks.SamplingWarning` (once per kernel) when the Fisher
-    phase has fewer than :data:`MIN_FISHER_ITERATIONS_PER_DIM` iterations per dimension.
-
-    ``kernel._num_fisher(num_warmup)`` gives the adaptive Fisher iterations of a warm-up.
-    """
+    phase has fewer than :data:`MIN_FISHER_ITERATIONS_PER_DIM` iterations per dimension."""
     import warnings
 
     from fisher_mala.checks import SamplingWarning
@@ -102,15 +115,11 @@ def _warn_short_fisher_phase(kernel, position) -> None:
     if num_fisher >= needed or getattr(kernel, "_warned_short", False):
         return
     kernel._warned_short = True
-    low, high = kernel._num_warmup, 2 * (kernel._num_warmup + needed) + 16
-    while low < high:  # the shortest warm-up whose Fisher phase is long enough
-        middle = (low + high) // 2
-        low, high = (middle + 1, high) if kernel._num_fisher(middle) < needed else (low, middle)
     warnings.warn(
         f"{type(kernel).__name__}: the warm-up leaves {num_fisher} iterations to learn the "
         f"Fisher preconditioner of this {dim}-dimensional model; it needs about "
         f"{MIN_FISHER_ITERATIONS_PER_DIM} per dimension ({needed}) to get close to the "
-        f"target's geometry. Pass num_warmup={low} or more to "
+        f"target's geometry. Pass num_warmup={suggested_num_warmup(kernel, dim)} or more to "
         "MCMC (the draws stay valid, the sampler is just less efficient than it can be).",
         SamplingWarning,
         stacklevel=4,

@@ -14,6 +14,7 @@ form                           ``R``                       cost of a product
 a ``(d, d)`` array             dense (the Fisher ``R``)    ``O(d^2)``
 :class:`DiagonalSqrt`          ``diag(scale)``             ``O(d)``
 :class:`CholeskySqrt`          ``U^T``, ``U`` upper        ``O(d^2)``
+:class:`LowRankSqrt`           ``D^(1/2) (I + Q C Q^T)``   ``O(d k)``
 =============================  ==========================  =====================
 """
 
@@ -22,7 +23,16 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["DiagonalSqrt", "CholeskySqrt", "color", "whiten", "dense", "trace"]
+__all__ = [
+    "DiagonalSqrt",
+    "CholeskySqrt",
+    "LowRankSqrt",
+    "STRUCTURED",
+    "color",
+    "whiten",
+    "dense",
+    "trace",
+]
 
 
 class DiagonalSqrt(NamedTuple):
@@ -56,6 +66,40 @@ class CholeskySqrt(NamedTuple):
     upper: Array
 
 
+class LowRankSqrt(NamedTuple):
+    """A diagonal-plus-low-rank square root ``R = D^(1/2) (I + Q diag(c) Q^T)``, with
+    ``Q`` ``(d, k)`` orthonormal: ``A = R R^T = D^(1/2) (I + Q diag((1 + c)^2 - 1) Q^T)
+    D^(1/2)``. Both products cost ``O(d k)``, and so does its memory.
+
+    In the coordinates scaled by ``D^(-1/2)``, ``A`` is the identity except on the ``k``
+    directions of ``Q``, where it is ``(1 + c)^2``: the low-rank Fisher preconditioner of
+    :mod:`fisher_mala.low_rank` puts there the directions in which the scaled Fisher
+    matrix is farthest from the identity, with ``(1 + c)^2`` the inverse of its eigenvalue.
+
+    Attributes
+    ----------
+    scale
+        ``(d,)``, ``D^(1/2)``.
+    basis
+        ``(d, k)``, ``Q``, orthonormal columns.
+    factors
+        ``(k,)``, ``c`` (each ``> -1``, so that ``R`` is invertible).
+    """
+
+    scale: Array
+    basis: Array
+    factors: Array
+
+
+#: The structured forms (anything else but ``None`` is a dense ``(d, d)`` array).
+STRUCTURED = (DiagonalSqrt, CholeskySqrt, LowRankSqrt)
+
+
+def _low_rank_apply(root: "LowRankSqrt", v: Array) -> Array:
+    """``(I + Q diag(c) Q^T) v`` for a vector or rows of vectors."""
+    return v + ((v @ root.basis) * root.factors) @ root.basis.T
+
+
 def color(sqrt_precond, w: Array) -> Array:
     """``R w`` (``w`` flat, or rows of a batch for the dense form)."""
     if sqrt_precond is None:
@@ -64,6 +108,8 @@ def color(sqrt_precond, w: Array) -> Array:
         return sqrt_precond.scale * w
     if isinstance(sqrt_precond, CholeskySqrt):
         return w @ sqrt_precond.upper
+    if isinstance(sqrt_precond, LowRankSqrt):
+        return sqrt_precond.scale * _low_rank_apply(sqrt_precond, w)
     return sqrt_precond @ w
 
 
@@ -75,6 +121,8 @@ def whiten(sqrt_precond, g: Array) -> Array:
         return g * sqrt_precond.scale
     if isinstance(sqrt_precond, CholeskySqrt):
         return sqrt_precond.upper @ g
+    if isinstance(sqrt_precond, LowRankSqrt):
+        return _low_rank_apply(sqrt_precond, g * sqrt_precond.scale)
     return g @ sqrt_precond
 
 
@@ -84,6 +132,9 @@ def dense(sqrt_precond) -> Array:
         return jnp.diag(sqrt_precond.scale)
     if isinstance(sqrt_precond, CholeskySqrt):
         return sqrt_precond.upper.T
+    if isinstance(sqrt_precond, LowRankSqrt):
+        eye = jnp.eye(sqrt_precond.scale.shape[0], dtype=sqrt_precond.scale.dtype)
+        return sqrt_precond.scale[:, None] * _low_rank_apply(sqrt_precond, eye)
     return sqrt_precond
 
 
@@ -93,4 +144,8 @@ def trace(sqrt_precond) -> Array:
         return jnp.sum(sqrt_precond.scale**2)
     if isinstance(sqrt_precond, CholeskySqrt):
         return jnp.sum(sqrt_precond.upper * sqrt_precond.upper)
+    if isinstance(sqrt_precond, LowRankSqrt):  # tr(D) + sum_j ((1 + c_j)^2 - 1) q_j^T D q_j
+        variance = sqrt_precond.scale**2
+        weights = (1.0 + sqrt_precond.factors) ** 2 - 1.0
+        return jnp.sum(variance) + jnp.sum(weights * (variance @ sqrt_precond.basis**2))
     return jnp.sum(sqrt_precond * sqrt_precond)

@@ -210,7 +210,11 @@ def test_a_warm_up_too_short_for_the_fisher_phase_warns_once_with_a_length_that_
     import re
     import warnings
 
-    from fisher_mala.numpyro_kernel import MIN_FISHER_ITERATIONS_PER_DIM, _warn_short_fisher_phase
+    from fisher_mala.numpyro_kernel import (
+        MIN_FISHER_ITERATIONS_PER_DIM,
+        _warn_short_fisher_phase,
+        suggested_num_warmup,
+    )
 
     kernel = fm.FisherMALAKernel(eight_schools)
     with pytest.warns(fm.SamplingWarning, match=r"num_warmup=1000 or more") as caught:
@@ -228,3 +232,5 @@ def test_a_warm_up_too_short_for_the_fisher_phase_warns_once_with_a_length_that_
         _warn_short_fisher_phase(nuts, np.zeros(10))
     suggested = int(re.search(r"num_warmup=(\d+)", str(caught[0].message)).group(1))
     assert nuts._num_fisher(suggested) >= needed > nuts._num_fisher(suggested - 1)
+    assert suggested_num_warmup(nuts, 10) == suggested
+    assert suggested_num_warmup(kernel, 10) == 1000
