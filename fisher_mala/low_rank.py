@@ -61,11 +61,18 @@ __all__ = [
     "check_rank",
 ]
 
-#: Signals per cycle: ``T = max(MIN_CYCLE, CYCLE_SIGNALS_PER_RANK * 2 k)``, enough for the
+#: Blocks of ``k`` columns in the search basis: the kept directions, the residuals of the
+#: signals (toward stiff directions) and those of the positions (toward loose ones).
+SEARCH_BLOCKS = 3
+#: Signals per cycle: ``T = max(MIN_CYCLE, CYCLE_SIGNALS_PER_RANK * 3 k)``, enough for the
 #: ``2k x 2k`` Rayleigh quotient matrix ``G / T`` to be estimated well (relative error
 #: about ``sqrt(2 / T)`` per entry) while the basis still turns every few hundred signals.
 CYCLE_SIGNALS_PER_RANK = 10
 MIN_CYCLE = 100
+#: Later cycles are longer: at least ``1 / CYCLE_GROWTH`` of the signals so far, so that
+#: the residuals that turn the basis get more precise as the directions converge (the
+#: noise of ``F~ W`` estimated from ``T`` signals is about ``sqrt(d / T)``).
+CYCLE_GROWTH = 8
 #: Eigenvalues of the scaled Fisher matrix kept within these bounds (a direction ``10^4``
 #: times stiffer or looser than the diagonal says is taken as that far, no farther): an
 #: estimate from one cycle's signals must not make ``R`` singular.
@@ -84,11 +91,20 @@ class LowRankFisherState(NamedTuple):
     count
         Signals absorbed.
     basis
-        ``(d, 2k)``, the search basis ``W`` of the current cycle.
+        ``(d, 3k)``, the search basis ``W`` of the current cycle.
     gram
-        ``(2k, 2k)``, ``sum (W^T phi)(W^T phi)^T`` over the current cycle.
+        ``(3k, 3k)``, ``sum (W^T phi)(W^T phi)^T`` over the current cycle.
     products
-        ``(d, 2k)``, ``sum phi (W^T phi)^T`` over the current cycle.
+        ``(d, 3k)``, ``sum phi (W^T phi)^T`` over the current cycle (``F~ W`` times ``T``).
+    position_products
+        ``(d, 3k)``, ``sum xi (W^T xi)^T`` over the current cycle, ``xi = D^(-1/2) (x -
+        xbar)`` the scaled deviation of the chain's position from its running mean
+        (``F~^(-1) W`` times ``T`` for a Gaussian target, up to the chain's
+        autocorrelation).
+    position_sum
+        ``(d,)``, the sum of the positions (for ``xbar``).
+    trace_sum
+        ``sum ||phi||^2`` over the current cycle (``tr F~`` times ``T``).
     cycle
         Signals absorbed in the current cycle.
     """
@@ -99,12 +115,16 @@ class LowRankFisherState(NamedTuple):
     basis: Array
     gram: Array
     products: Array
+    position_products: Array
+    position_sum: Array
+    position_squares: Array
+    trace_sum: Array
     cycle: Array
 
 
 def cycle_length(rank: int) -> int:
     """``T``, the signals of one cycle (:data:`CYCLE_SIGNALS_PER_RANK`)."""
-    return max(MIN_CYCLE, CYCLE_SIGNALS_PER_RANK * 2 * int(rank))
+    return max(MIN_CYCLE, CYCLE_SIGNALS_PER_RANK * SEARCH_BLOCKS * int(rank))
 
 
 def _orthonormal(matrix: Array) -> Array:
@@ -114,7 +134,7 @@ def _orthonormal(matrix: Array) -> Array:
 def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherState:
     """The learner before any signal: ``D = I / lambda``, ``c = 0`` (``A = I / lambda``,
     the dense ``R_0``), and a random orthonormal search basis of ``min(2k, d)`` columns."""
-    width = min(2 * int(rank), int(dim))
+    width = min(SEARCH_BLOCKS * int(rank), int(dim))
     basis = _orthonormal(jax.random.normal(rng_key, (dim, width), dtype))
     scale = jnp.full((dim,), 1.0 / jnp.sqrt(jnp.asarray(damping, dtype)), dtype)
     kept = min(int(rank), width)
@@ -125,6 +145,10 @@ def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherS
         basis=basis,
         gram=jnp.zeros((width, width), dtype),
         products=jnp.zeros((dim, width), dtype),
+        position_products=jnp.zeros((dim, width), dtype),
+        position_sum=jnp.zeros((dim,), dtype),
+        position_squares=jnp.zeros((dim,), dtype),
+        trace_sum=jnp.zeros((), dtype),
         cycle=jnp.zeros((), jnp.int32),
     )
 
@@ -135,60 +159,122 @@ def sqrt_from_eigen(scale: Array, basis: Array, theta: Array) -> LowRankSqrt:
     return LowRankSqrt(scale, basis, jax.lax.rsqrt(theta) - 1.0)
 
 
-def _refresh(state: LowRankFisherState, rank: int, damping) -> LowRankFisherState:
-    """End of a cycle: Rayleigh-Ritz on the basis, the new ``Q``, ``theta``, ``D`` and the
-    next basis ``[Q, residuals]`` orthonormalized."""
+def _inverse_factors(root: LowRankSqrt) -> Array:
+    """``c'`` with ``(I + Q diag(c) Q^T)^(-1) = I + Q diag(c') Q^T``."""
+    return 1.0 / (1.0 + root.factors) - 1.0
+
+
+def _apply(basis: Array, factors: Array, v: Array) -> Array:
+    """``(I + Q diag(c) Q^T) v``, ``v`` a vector or the columns of a matrix."""
+    if v.ndim == 1:
+        return v + basis @ (factors * (basis.T @ v))
+    return v + basis @ (factors[:, None] * (basis.T @ v))
+
+
+def _ritz(state: LowRankFisherState, rank: int):
+    """Rayleigh-Ritz of the whitened signals' second moment ``E[psi psi^T]`` on the basis:
+    the ``rank`` pairs farthest from the rest of the space (log scale, both ends), and the
+    mean eigenvalue of the rest, ``(tr - sum kept) / (d - k)``."""
     signals = state.cycle.astype(state.gram.dtype)
     quotient = state.gram / signals
-    quotient = 0.5 * (quotient + quotient.T)
-    theta, vectors = jnp.linalg.eigh(quotient)
-    theta = jnp.clip(theta, *THETA_BOUNDS)
-    order = jnp.argsort(-jnp.abs(jnp.log(theta)))[:rank]  # farthest from 1, both ends
-    theta, vectors = theta[order], vectors[:, order]
-    directions = state.basis @ vectors  # (d, k), orthonormal
-    residuals = (state.products / signals) @ vectors - directions * theta
-    residuals = residuals - directions @ (directions.T @ residuals)
+    mu, vectors = jnp.linalg.eigh(0.5 * (quotient + quotient.T))
+    mu = jnp.clip(mu, *THETA_BOUNDS)
+    dim = state.basis.shape[0]
+    trace = state.trace_sum / signals
+
+    def kept_and_bulk(level):
+        order = jnp.argsort(-jnp.abs(jnp.log(mu / level)))[:rank]
+        rest = (trace - jnp.sum(mu[order])) / max(dim - rank, 1)
+        return order, jnp.clip(rest, *THETA_BOUNDS) if dim > rank else jnp.ones_like(rest)
+
+    order, bulk = kept_and_bulk(jnp.ones((), mu.dtype))
+    order, bulk = kept_and_bulk(bulk)  # again, from the level of the rest of the space
+    return mu[order], vectors[:, order], bulk
+
+
+def _refresh(state: LowRankFisherState, rank: int, damping) -> LowRankFisherState:
+    """End of a cycle (module docstring): the fixed point of the whitened second moment,
+    the new ``R`` truncated to ``rank`` directions, ``D``, and the next search basis."""
+    signals = state.cycle.astype(state.gram.dtype)
+    root = state.sqrt_precond
+    mu, vectors, bulk = _ritz(state, rank)
+    # E[psi psi^T] = B^2 with B = R^T F R (a Gaussian, small steps): the fixed point of
+    # A^(-1) = E[s s^T] is A = R B^(-1) R^T, so B's eigenvalues are the square roots.
+    beta = jnp.sqrt(mu / bulk)
+    directions = state.basis @ vectors  # (d, k) in the whitened coordinates
+    stiff = (state.products / signals) @ vectors - directions * mu  # B^2 Q - Q mu
+    loose = (state.position_products / signals) @ vectors - directions / jnp.sqrt(mu)
+    candidates = jnp.concatenate([stiff, loose], axis=1)
+    candidates = candidates - directions @ (directions.T @ candidates)
     width = state.basis.shape[1]
-    basis = _orthonormal(jnp.concatenate([directions, residuals], axis=1)[:, :width])
+    basis = _orthonormal(jnp.concatenate([directions, candidates], axis=1)[:, :width])
+    # The new operator in D-scaled coordinates, (I + QCQ^T)(I + V (1/beta - 1) V^T)(I + QCQ^T),
+    # is the identity outside span[Q, V]: its eigenpairs there, the k farthest from 1 kept.
+    span = _orthonormal(jnp.concatenate([root.basis, directions], axis=1))
+    image = _apply(root.basis, root.factors, span)
+    image = _apply(directions, 1.0 / beta - 1.0, image)
+    image = _apply(root.basis, root.factors, image)
+    local = span.T @ image
+    lam, local_vectors = jnp.linalg.eigh(0.5 * (local + local.T))
+    lam = jnp.clip(lam, *THETA_BOUNDS)
+    keep = jnp.argsort(-jnp.abs(jnp.log(lam)))[:rank]
+    new_basis = span @ local_vectors[:, keep]
+    # D = sqrt(Var x / F_ii) (the diagonal of Seyboldt et al.'s Fisher HMC, a fixed point
+    # of the biased Fisher diagonal as the low-rank part is of B), the bulk folded into it.
     fisher_diagonal = (damping + state.sum_squares) / (1.0 + state.count)
+    count = state.count.astype(fisher_diagonal.dtype)
+    mean = state.position_sum / count
+    variance = jnp.maximum(state.position_squares / count - mean**2, 0.0)
+    variance = jnp.where(variance > 0, variance, 1.0 / fisher_diagonal)
+    scale = jnp.sqrt(jnp.sqrt(variance / fisher_diagonal))
+    scale = scale * jnp.sqrt(jnp.exp(jnp.mean(jnp.log(root.scale**2 / scale**2))))
+    scale = scale / jnp.sqrt(jnp.sqrt(bulk))
     return state._replace(
-        sqrt_precond=sqrt_from_eigen(jax.lax.rsqrt(fisher_diagonal), directions, theta),
+        sqrt_precond=LowRankSqrt(scale, new_basis, jnp.sqrt(lam[keep]) - 1.0),
         basis=basis,
         gram=jnp.zeros_like(state.gram),
         products=jnp.zeros_like(state.products),
+        position_products=jnp.zeros_like(state.position_products),
+        trace_sum=jnp.zeros_like(state.trace_sum),
         cycle=jnp.zeros_like(state.cycle),
     )
 
 
-def update(state: LowRankFisherState, signal: Array, rank: int, damping=DAMPING):
-    """Absorb one raw signal ``s`` (``(d,)``); a cycle's last one refreshes ``R``.
+def update(
+    state: LowRankFisherState, whitened_signal: Array, position: Array, rank: int,
+    damping=DAMPING,
+):  # fmt: skip
+    """Absorb one whitened signal ``psi = R^T s`` and the chain's position ``x`` (both
+    ``(d,)``); a cycle's last one refreshes ``R``.
 
-    Returns the new state; ``state.sqrt_precond`` changes only at a refresh (every
-    :func:`cycle_length` signals).
+    Returns the new state; ``state.sqrt_precond`` changes only at a refresh.
     """
-    phi = state.sqrt_precond.scale * signal  # D^(1/2) s, with the D that R uses
-    projected = phi @ state.basis
+    root = state.sqrt_precond
+    inverse = _inverse_factors(root)
+    signal = _apply(root.basis, inverse, whitened_signal) / root.scale  # R^(-T) psi
+    projected = whitened_signal @ state.basis
+    position_sum = state.position_sum + position
+    deviation = (position - position_sum / (state.count + 1)) / root.scale
+    zeta = _apply(root.basis, inverse, deviation)  # R^(-1) (x - xbar)
     state = state._replace(
         sum_squares=state.sum_squares + signal**2,
         count=state.count + 1,
         gram=state.gram + jnp.outer(projected, projected),
-        products=state.products + jnp.outer(phi, projected),
+        products=state.products + jnp.outer(whitened_signal, projected),
+        position_products=state.position_products + jnp.outer(zeta, zeta @ state.basis),
+        position_sum=position_sum,
+        position_squares=state.position_squares + position**2,
+        trace_sum=state.trace_sum + whitened_signal @ whitened_signal,
         cycle=state.cycle + 1,
     )
     rank = min(int(rank), state.basis.shape[1])
+    length = jnp.maximum(cycle_length(rank), state.count // CYCLE_GROWTH)
     return jax.lax.cond(
-        state.cycle >= cycle_length(rank),
+        state.cycle >= length,
         lambda s: _refresh(s, rank, damping),
         lambda s: s,
         state,
     )
-
-
-def _unwhiten(sqrt_precond: LowRankSqrt, whitened: Array) -> Array:
-    """``D^(1/2) R^(-T) v = (I + Q diag(1 / (1 + c) - 1) Q^T) v``: a whitened gradient
-    ``R^T g`` back to the scaled coordinates, in ``O(d k)`` (no inverse of a ``d x d``)."""
-    inverse = 1.0 / (1.0 + sqrt_precond.factors) - 1.0
-    return whitened + ((whitened @ sqrt_precond.basis) * inverse) @ sqrt_precond.basis.T
 
 
 def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
@@ -209,9 +295,8 @@ def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
         moved, info = mala_kernel(rng_key, kernel_view(state), logdensity_fn, state.step_size)
         finite = info.proposal_is_finite
         difference = jnp.where(finite, info.proposal_whitened_grad - info.whitened_grad, 0.0)
-        scaled = _unwhiten(learner.sqrt_precond, jnp.sqrt(info.acceptance_rate) * difference)
-        signal = scaled / learner.sqrt_precond.scale  # s = D^(-1/2) (D^(1/2) s)
-        learner = update(learner, signal, rank, damping)
+        psi = jnp.sqrt(info.acceptance_rate) * difference  # R^T s of Eq. (16), free
+        learner = update(learner, psi, ravel(moved.position), rank, damping)
         root = learner.sqrt_precond
         step_size = step_size_rule.update(RobbinsMonroState(state.step_size), info.acceptance_rate)
         state = state._replace(
@@ -235,4 +320,3 @@ def check_rank(rank, dim: int | None = None) -> int:
         raise ValueError(f"`rank` must be a positive integer, got {rank!r}.")
     del dim
     return rank
-

@@ -295,6 +295,7 @@ def fisher_mala_warmup(
     find_step_size: bool = True,
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
     step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
+    rank: int | None = None,
 ) -> Warmup:
     """Algorithm 1's warm-up: a MALA phase, then adaptive FisherMALA iterations.
 
@@ -314,6 +315,10 @@ def fisher_mala_warmup(
         Include the trace-normalized ``A`` (``d x d``) in each snapshot.
     initial_step_size, find_step_size, target_acceptance_rate, step_size_learning_rate
         As in :func:`mala_warmup`.
+    rank
+        ``None``: the dense ``R`` of the paper. An integer ``k``: the diagonal-plus-rank-k
+        Fisher preconditioner of :mod:`fisher_mala.low_rank` (``O(d k)`` time and memory
+        per iteration; the Rao-Blackwellized signal, Proposition 4's rates).
 
     Returns
     -------
@@ -323,6 +328,11 @@ def fisher_mala_warmup(
         ``parameters.sqrt_precond`` is the learned ``R``.
     """
     target, rho = target_acceptance_rate, step_size_learning_rate
+    if rank is not None:
+        return _low_rank_warmup(
+            logdensity_fn, rank, num_mala_steps, damping, signal, learning_rate, trace_every,
+            record_precond, initial_step_size, find_step_size, target, rho,
+        )  # fmt: skip
     _check_step_size_options(initial_step_size, target, rho)
     # validates damping and signal eagerly; the schedule at every update it will be used,
     # when the warm-up's length is known (build)
@@ -370,6 +380,82 @@ def fisher_mala_warmup(
         return Schedule(start, phases, _with_parameters, record_trace=bool(trace_every))
 
     return Warmup(build, target, num_mala_steps=num_mala_steps, block=block)
+
+
+def _low_rank_warmup(
+    logdensity_fn, rank, num_mala_steps, damping, signal, learning_rate, trace_every,
+    record_precond, initial_step_size, find_step_size, target, rho,
+) -> Warmup:  # fmt: skip
+    """:func:`fisher_mala_warmup` with the low-rank learner (:mod:`fisher_mala.low_rank`)."""
+    from fisher_mala import low_rank, square_roots
+
+    rank = low_rank.check_rank(rank)
+    _check_step_size_options(initial_step_size, target, rho)
+    validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
+    refused = {
+        "signal": signal != "rao_blackwell",
+        "learning_rate": learning_rate is not None,
+        "record_precond": bool(record_precond),
+    }
+    for name, given in refused.items():
+        if given:
+            raise ValueError(
+                f"`{name}` is not available with `rank`: the low-rank Fisher preconditioner "
+                "learns from the Rao-Blackwellized signal with its own cycle of updates "
+                "(fisher_mala.low_rank); leave it at its default, or drop `rank`."
+            )
+    _check_counts(num_mala_steps=num_mala_steps)
+    _check_trace_every(trace_every)
+    num_mala_steps, block = int(num_mala_steps), trace_every or TRACE_REFRESH_EVERY
+    step = low_rank.adaptive_step(robbins_monro(target, rho), rank, damping)
+    rule = robbins_monro(target, rho)
+    key_mala = (2, 0)
+    start = _searched_start(
+        logdensity_fn, initial_step_size, find_step_size, target, split_key(key_mala, (2, 0))
+    )
+
+    def enter(carry):  # R_0 = I / sqrt(lambda), as the dense warm-up's
+        state, step_size = carry
+        flat = ravel(state.position)
+        learner = low_rank.init(
+            jax.random.key(0), flat.shape[0], flat.dtype, rank, damping
+        )  # a fixed basis to start from: the run's keys drive the chain alone
+        root = learner.sqrt_precond
+        fisher_state = fisher.state_from(
+            state.position, state.logdensity, state.logdensity_grad, step_size, damping
+        )
+        fisher_state = fisher_state._replace(
+            sqrt_precond=root,
+            trace_precond=square_roots.trace(root),
+            whitened_grad=square_roots.whiten(root, ravel(state.logdensity_grad)),
+        )
+        return fisher_state, learner
+
+    def build(num_steps, position, warn=True):
+        num_mala = min(num_mala_steps, num_steps)
+        phases = (
+            _mala_phase(logdensity_fn, num_mala, rule, split_key(key_mala, (2, 1))),
+            Phase(
+                "fisher",
+                num_steps - num_mala,
+                lambda key, carry: step(key, carry, logdensity_fn),
+                split_key((2, 1)),
+                enter=enter,
+                block=block,
+                progress_of=lambda carry: carry[0].count,
+            ),
+        )
+        return Schedule(
+            start, phases, lambda carry: _with_parameters(_fisher_state_of(carry)), False
+        )
+
+    return Warmup(build, target, num_mala_steps=num_mala_steps, block=block, rank=rank)
+
+
+def _fisher_state_of(carry):
+    """The FisherMALA state of the low-rank phase's ``(state, learner)`` (its ``enter``
+    runs even when the phase has no iterations)."""
+    return carry[0]
 
 
 def pooled_fisher_mala_warmup(

@@ -1,0 +1,158 @@
+"""The diagonal-plus-low-rank Fisher preconditioner (fisher_mala.low_rank): its square root
+against dense linear algebra in float64, its learner on a Gaussian whose covariance is
+diagonal plus rank 4 (relative Frobenius error against the truth, as the paper's
+Figure 2), and fm.sample(..., rank=k) by MCSE z-scores."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fisher_mala as fm
+from fisher_mala import low_rank, square_roots
+from fisher_mala.adaptations.step_size import robbins_monro
+from fisher_mala.square_roots import LowRankSqrt
+
+
+def _root(rng, dim=9, rank=3):
+    basis = np.linalg.qr(rng.normal(size=(dim, rank)))[0]
+    return LowRankSqrt(
+        jnp.asarray(np.exp(rng.normal(size=dim))),
+        jnp.asarray(basis),
+        jnp.asarray(rng.uniform(-0.9, 3.0, size=rank)),
+    )
+
+
+def test_low_rank_square_root_products_equal_dense_linear_algebra():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        root = _root(rng)
+        scale, basis, c = (np.asarray(a) for a in root)
+        dense = np.diag(scale) @ (np.eye(9) + basis @ np.diag(c) @ basis.T)
+        np.testing.assert_allclose(square_roots.dense(root), dense, rtol=1e-12)
+        w, g = rng.normal(size=9), rng.normal(size=(4, 9))
+        np.testing.assert_allclose(square_roots.color(root, jnp.asarray(w)), dense @ w, rtol=1e-12)
+        np.testing.assert_allclose(square_roots.whiten(root, jnp.asarray(g)), g @ dense,
+                                   rtol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(square_roots.trace(root), np.trace(dense @ dense.T),
+                                   rtol=1e-12)  # fmt: skip
+        # A = D^(1/2) (I + Q ((1 + c)^2 - 1) Q^T) D^(1/2), and R^(-1) in O(d k)
+        a = np.diag(scale) @ (np.eye(9) + basis @ np.diag((1 + c) ** 2 - 1) @ basis.T)
+        np.testing.assert_allclose(dense @ dense.T, a @ np.diag(scale), rtol=1e-12)
+        inverse = low_rank._inverse_factors(root)
+        undo = low_rank._apply(root.basis, inverse, jnp.asarray(dense @ w) / root.scale)
+        np.testing.assert_allclose(undo, w, rtol=1e-10)
+
+
+def _diag_plus_low_rank(dim=200, seed=0):
+    """Sigma = D^(1/2) (I + U diag(S - 1) U^T) D^(1/2): two loose directions (variance 100
+    and 30 times the diagonal's) and two stiff ones (0.05 and 0.01 times)."""
+    rng = np.random.default_rng(seed)
+    diagonal = np.exp(rng.uniform(-2, 2, dim))
+    loadings = np.linalg.qr(rng.normal(size=(dim, 4)))[0]
+    spectrum = np.array([100.0, 30.0, 0.05, 0.01])
+    root = np.sqrt(diagonal)[:, None]
+    sigma = root * (np.eye(dim) + loadings @ np.diag(spectrum - 1) @ loadings.T) * root.T
+    return sigma, loadings, rng
+
+
+def _relative_frobenius(a, b):
+    a, b = a / np.trace(a), b / np.trace(b)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _learn(sigma, rng, rank, num_steps):
+    dim = sigma.shape[0]
+    precision = jnp.asarray(np.linalg.inv(sigma))
+
+    def logdensity(x):
+        return -0.5 * x @ precision @ x
+
+    x0 = jnp.asarray(np.linalg.cholesky(sigma) @ rng.normal(size=dim))
+    learner = low_rank.init(jax.random.key(0), dim, jnp.float64, rank)
+    state = fm.fisher.init(x0, logdensity, 0.1)
+    root = learner.sqrt_precond
+    state = state._replace(
+        sqrt_precond=root,
+        trace_precond=square_roots.trace(root),
+        whitened_grad=square_roots.whiten(root, state.logdensity_grad),
+    )
+    step = low_rank.adaptive_step(robbins_monro(0.574, 0.015), rank)
+
+    @jax.jit
+    def run(key, carry):
+        def body(carry, key):
+            carry, info = step(key, carry, logdensity)
+            return carry, info.acceptance_rate
+
+        return jax.lax.scan(body, carry, jax.random.split(key, num_steps))
+
+    (state, learner), acceptance = run(jax.random.key(1), (state, learner))
+    return state, np.asarray(acceptance)
+
+
+def test_the_learned_preconditioner_finds_a_diagonal_plus_rank_4_covariance():
+    """d = 200, k = 8, 20 000 adaptive FisherMALA iterations (100 d): the four directions
+    found (cosines above 0.95) and the trace-normalized A within 15% of Sigma in relative
+    Frobenius norm, where the best diagonal is 94% away; the dense recursion, 4%."""
+    with jax.enable_x64(True):
+        sigma, loadings, rng = _diag_plus_low_rank()
+        state, acceptance = _learn(sigma, rng, 8, 20_000)
+        root = square_roots.dense(state.sqrt_precond)
+        learned = np.asarray(root @ root.T)
+        assert _relative_frobenius(learned, sigma) < 0.15
+        assert _relative_frobenius(np.diag(np.diag(sigma)), sigma) > 0.9
+        scaled = loadings  # U lives in the coordinates scaled by D^(1/2): rescale Q
+        basis = np.asarray(state.sqrt_precond.basis)
+        cosines = np.linalg.svd(scaled.T @ basis, compute_uv=False)
+        assert cosines.min() > 0.95, cosines
+        assert 0.45 < acceptance[-2000:].mean() < 0.7
+
+
+def test_rank_at_least_d_is_a_full_square_root_of_the_fisher_fixed_point():
+    """With 3 k >= d the search basis spans the space: A is the full fixed point of the
+    whitened signals' second moment, estimated from the last cycle (the dense recursion
+    averages every signal instead), so it approaches Sigma as the dense estimate does."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(3)
+        dim = 6
+        factor = rng.normal(size=(dim, dim))
+        sigma = factor @ factor.T + 0.5 * np.eye(dim)
+        state, _ = _learn(sigma, rng, dim, 6000)
+        assert state.sqrt_precond.basis.shape == (dim, dim)
+        root = square_roots.dense(state.sqrt_precond)
+        assert _relative_frobenius(np.asarray(root @ root.T), sigma) < 0.15
+
+
+def test_fm_sample_with_rank_matches_the_gaussian_moments():
+    """fm.sample(..., "fisher_mala", rank=8) at d = 200 (float32, 4 chains): every mean
+    within 4.5 MCSE of 0, every variance within 15% of Sigma's."""
+    sigma, _, rng = _diag_plus_low_rank(seed=1)
+    precision = jnp.asarray(np.linalg.inv(sigma), jnp.float32)
+    x0 = jnp.asarray(rng.normal(size=(4, 200)), jnp.float32)
+    result = fm.sample(jax.random.key(0), "fisher_mala", lambda x: -0.5 * x @ precision @ x,
+                       x0, num_warmup=10_000, num_samples=4000, rank=8,
+                       diagnose=False)  # fmt: skip
+    root = result.final_state.sqrt_precond
+    assert isinstance(root, LowRankSqrt) and root.basis.shape == (4, 200, 8)
+    draws = np.asarray(result.samples, np.float64)
+    flat = draws.reshape(-1, 200)
+    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
+    assert np.abs(flat.mean(0) / mcse).max() < 4.5
+    ratio = flat.var(0) / np.diag(sigma)
+    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"rank": 0}, "positive integer"),
+        ({"rank": 2.5}, "positive integer"),
+        ({"rank": 4, "signal": "score"}, "not available with `rank`"),
+        ({"rank": 4, "learning_rate": 0.01}, "not available with `rank`"),
+    ],
+)
+def test_bad_rank_options_fail_before_compiling(options, match):
+    with pytest.raises(ValueError, match=match):
+        fm.sample(jax.random.key(0), "fisher_mala", lambda x: -0.5 * jnp.sum(x**2),
+                  jnp.zeros((2, 3)), num_warmup=10, num_samples=10, **options)  # fmt: skip
