@@ -24,6 +24,7 @@ from fisher_mala.adaptations.base import Adaptation
 from fisher_mala.pytree import ravel
 from fisher_mala.schedule import Phase, WarmupInfo, WarmupParameters, iterate
 from fisher_mala.sqrt_precond import rank_one_update, whitened_product
+from fisher_mala.square_roots import LowRankSqrt
 from fisher_mala.whitened_hmc import (
     TRAJECTORY_LENGTH,
     DiagonalSqrt,
@@ -213,6 +214,8 @@ def scale_sqrt(sqrt_precond, k):
     """``k R`` with ``k`` one number per leading index (per chain)."""
     if isinstance(sqrt_precond, DiagonalSqrt):
         return DiagonalSqrt(sqrt_precond.scale * k[..., None])
+    if isinstance(sqrt_precond, LowRankSqrt):  # D^(1/2) carries the scale
+        return sqrt_precond._replace(scale=sqrt_precond.scale * k[..., None])
     return sqrt_precond * k[..., None, None]
 
 

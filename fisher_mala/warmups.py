@@ -468,6 +468,7 @@ def pooled_fisher_mala_warmup(
     find_step_size: bool = True,
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
     step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
+    rank: int | None = None,
 ) -> Warmup:
     """The warm-up of :mod:`fisher_mala.pooled`, all chains together (``run`` takes every
     chain's position, leading axis).
@@ -478,6 +479,11 @@ def pooled_fisher_mala_warmup(
     (re-anchoring ``tr(R R^T)`` every 1000 iterations). Options as in
     :func:`fisher_mala_warmup`.
     """
+    if rank is not None:
+        raise ValueError(
+            "`rank` is not available with pooled=True: the low-rank Fisher preconditioner "
+            "learns one R per chain (fisher_mala.low_rank); drop one of them."
+        )
     target, rho = target_acceptance_rate, step_size_learning_rate
     _check_step_size_options(initial_step_size, target, rho)
     validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")

@@ -47,7 +47,7 @@ from fisher_mala.base import (
 )
 from fisher_mala.optional import require_blackjax
 from fisher_mala.pytree import ravel
-from fisher_mala.square_roots import DiagonalSqrt
+from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
 
 __all__ = [
     "ALGORITHMS",
@@ -93,10 +93,18 @@ def inverse_mass_matrix(sqrt_precond) -> Array:
     """``A = R R^T`` in BlackJAX's form: ``(d, d)``, or the ``(d,)`` diagonal."""
     if isinstance(sqrt_precond, DiagonalSqrt):
         return sqrt_precond.scale**2
+    if isinstance(sqrt_precond, LowRankSqrt):  # BlackJAX takes a dense matrix: O(d^2)
+        root = square_roots.dense(sqrt_precond)
+        return root @ root.T
     return sqrt_precond @ sqrt_precond.T
 
 
 def _check_shape(sqrt_precond, dim: int | None) -> None:
+    if isinstance(sqrt_precond, LowRankSqrt):
+        shape = jnp.shape(sqrt_precond.scale)
+        if len(shape) != 1 or (dim is not None and shape[0] != dim):
+            raise ValueError(f"`LowRankSqrt.scale` must have shape (d,), got {shape}.")
+        return
     if isinstance(sqrt_precond, DiagonalSqrt):
         shape = jnp.shape(sqrt_precond.scale)
         if len(shape) != 1 or (dim is not None and shape[0] != dim):
@@ -110,6 +118,9 @@ def _check_shape(sqrt_precond, dim: int | None) -> None:
 
 def _check(sqrt_precond, dim: int) -> None:
     """Shape, dtype and finiteness of a dense or diagonal ``R`` (before compilation)."""
+    if isinstance(sqrt_precond, LowRankSqrt):
+        _check_shape(sqrt_precond, dim)
+        return
     if isinstance(sqrt_precond, DiagonalSqrt):
         _check_shape(sqrt_precond, dim)
         scale = sqrt_precond.scale
@@ -331,7 +342,7 @@ def as_top_level_api(
         ``init(position, rng_key=None)`` and a jit-compiled ``step(rng_key, state)``.
     """
     validation.check_positive("step_size", step_size, "It is the leapfrog step size.")
-    if not isinstance(sqrt_precond, DiagonalSqrt):
+    if not isinstance(sqrt_precond, DiagonalSqrt | LowRankSqrt):
         sqrt_precond = jnp.asarray(sqrt_precond)
     _check_shape(sqrt_precond, None)
     if num_integration_steps is not None and int(num_integration_steps) < 1:

@@ -120,7 +120,10 @@ class FisherHMCWarmup:
         ``gamma_k = 1 / (n0 d + k)``, after rescaling ``R`` to the target's scale).
     **fisher_options
         Options of the Fisher phase (``num_mala_steps``, ``damping`` (default
-        :data:`FISHER_NUTS_DAMPING`), ``signal``, ``learning_rate``, ``initial_step_size``, ...).
+        :data:`FISHER_NUTS_DAMPING`), ``signal``, ``learning_rate``, ``initial_step_size``,
+        ``rank``, ...). With ``rank=k`` the Fisher phase learns the diagonal-plus-rank-k
+        ``R`` of :mod:`fisher_mala.low_rank` and NUTS uses it as it is: the Fisher phase
+        runs in full (no stopping rule) and ``metric`` is that ``R``.
     """
 
     def __init__(
@@ -153,6 +156,14 @@ class FisherHMCWarmup:
             raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
         if int(max_num_doublings) < 1:
             raise ValueError(f"`max_num_doublings` must be >= 1, got {max_num_doublings}.")
+        if fisher_options.get("rank") is not None:
+            # the low-rank R: no Proposition 4 running sum for the stopping rule to read,
+            # no dense R for metric="auto" to look at, no pooled or keep-learning update
+            for name, given in (("pooled", pooled), ("score_prior_weight", score_prior_weight),
+                                ("metric='diagonal'", metric == "diagonal")):  # fmt: skip
+                if given:
+                    raise ValueError(f"`{name}` is not available with `rank`; drop one.")
+            metric, stopping_rule = "dense", False
         self.logdensity_fn = logdensity_fn
         fisher_options.setdefault("damping", FISHER_NUTS_DAMPING)
         self.pooled = bool(pooled)
@@ -295,9 +306,11 @@ class FisherHMCWarmup:
 
     def _rule_can_stop(self, state) -> bool:
         """Whether the stopping rule is on and a block has the ``4 d`` signals it needs."""
-        dim = np.shape(state.sqrt_precond)[-1]
+        if not self.rule_applies:
+            return False
+        dim = np.shape(state.whitened_grad)[-1]
         per_block = self.fisher.block * (np.shape(state.whitened_grad)[0] if self.pooled else 1)
-        return self.rule_applies and dim <= AUTO_MAX_DIM and 4 * dim <= per_block
+        return dim <= AUTO_MAX_DIM and 4 * dim <= per_block
 
     def learned(self, previous, state) -> bool:
         """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``) of

@@ -150,9 +150,34 @@ def test_fm_sample_with_rank_matches_the_gaussian_moments():
         ({"rank": 2.5}, "positive integer"),
         ({"rank": 4, "signal": "score"}, "not available with `rank`"),
         ({"rank": 4, "learning_rate": 0.01}, "not available with `rank`"),
+        ({"rank": 4, "pooled": True}, "not available with pooled=True"),
     ],
 )
 def test_bad_rank_options_fail_before_compiling(options, match):
     with pytest.raises(ValueError, match=match):
         fm.sample(jax.random.key(0), "fisher_mala", lambda x: -0.5 * jnp.sum(x**2),
                   jnp.zeros((2, 3)), num_warmup=10, num_samples=10, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("sampler", ["fisher_nuts", "fisher_hmc"])
+def test_fisher_nuts_and_hmc_with_rank_match_the_gaussian_moments(sampler):
+    """NUTS / HMC whitened by the low-rank R (d = 200, k = 8, float32, 4 chains): means
+    within 4.5 MCSE, variances within 15%; the learned R is the LowRankSqrt."""
+    pytest.importorskip("blackjax")
+    sigma, _, rng = _diag_plus_low_rank(seed=2)
+    precision = jnp.asarray(np.linalg.inv(sigma), jnp.float32)
+    x0 = jnp.asarray(rng.normal(size=(4, 200)), jnp.float32)
+    result = fm.sample(jax.random.key(1), sampler, lambda x: -0.5 * x @ precision @ x, x0,
+                       num_warmup=6000, num_samples=1000, rank=8,
+                       diagnose=False)  # fmt: skip
+    assert isinstance(result.parameters.sqrt_precond, LowRankSqrt)
+    draws = np.asarray(result.samples, np.float64)
+    flat = draws.reshape(-1, 200)
+    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
+    assert np.abs(flat.mean(0) / mcse).max() < 4.5
+    ratio = flat.var(0) / np.diag(sigma)
+    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+    with pytest.raises(ValueError, match="not available with `rank`"):
+        fm.sample(jax.random.key(0), sampler, lambda x: -0.5 * jnp.sum(x**2),
+                  jnp.zeros((2, 3)), num_warmup=10, num_samples=10, rank=2,
+                  pooled=True)  # fmt: skip
