@@ -500,8 +500,14 @@ def _projection_values(root: Path) -> dict:
         "best_per_draw_cell": f"{best['target']}, {best['sampler']}",
         "projection_table": templating.table(header, lines),
         "projection_check_table": templating.table(
-            ["target", "sampler", "shortened protocol", "projected (a)", "projected (b)",
-             "measured at 1000 + 5000"],
+            [
+                "target",
+                "sampler",
+                "shortened protocol",
+                "projected (a)",
+                "projected (b)",
+                "measured at 1000 + 5000",
+            ],
             checks,
         ),
         "projection_verdict": (
@@ -528,8 +534,11 @@ def _driver_values() -> dict:
         "progress_without": f"{pb['seconds_without']:.2f}",
         "progress_ratio": f"{pb['ratio']:.3f}",
         "initial_step_table": templating.table(
-            ["initial sigma^2", "min ESS with the search (default)",
-             "min ESS without (paper's rule only)"],
+            [
+                "initial sigma^2",
+                "min ESS with the search (default)",
+                "min ESS without (paper's rule only)",
+            ],
             rows,
         ),
         "memory_chains": mem["draws_shape"][0],

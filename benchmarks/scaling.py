@@ -2,6 +2,7 @@
 
     python -m benchmarks.scaling --dims 1000,2000,4000,8000,16000,32000   # one device
     python -m benchmarks.scaling --devices 1,2,4,8                        # simulated devices
+    python -m benchmarks.scaling --low-rank 1000,10000,100000,1000000 --ranks 8,32,128
     python -m benchmarks.scaling --write-docs     # the tables of docs/large_problems.md
 
 Each cell times ``--steps`` adaptive FisherMALA iterations (Algorithm 1's kernel, one
@@ -23,6 +24,14 @@ when it starts, so ``--devices`` runs one process per count with
 machine's cores: the figure of interest is memory and communication, not speed); on a
 machine with accelerators, counts up to the number of accelerators. Results are cached in
 ``benchmarks/results/scaling/`` by device kind.
+
+``--low-rank`` times the diagonal-plus-low-rank Fisher preconditioner
+(:mod:`fisher_mala.low_rank`, ``fm.sample(..., rank=k)``) the same way, one device, one
+chain, float32, on the standard Gaussian in ``d`` dimensions, for each ``k`` of
+``--ranks``: microseconds per adaptive iteration (one gradient, the ``O(d k)`` products, the
+learner's update, its cycle's refresh amortized) and the compiled program's memory (the
+chain's state, ``5 d k`` numbers of the learner and ``O(d)`` more, and XLA's temporaries):
+per chain, since the chains of ``fm.sample`` each have their own.
 """
 
 import argparse
@@ -162,6 +171,112 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
     }
 
 
+def low_rank_cell(dim: int, rank: int, steps: int) -> dict:
+    """Adaptive low-rank FisherMALA iterations on the d-dimensional standard Gaussian."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from fisher_mala import low_rank
+    from fisher_mala.adaptations import robbins_monro
+
+    def logdensity(x):
+        return -0.5 * jnp.sum(x**2)
+
+    def run(x):
+        learner = low_rank.init(jax.random.key(0), dim, jnp.float32, rank)
+        state = low_rank.fisher_state(x, logdensity(x), -x, 1.0, learner.sqrt_precond)
+        (state, learner), _ = low_rank.scan_adaptive(
+            jax.random.key(0), (state, learner), logdensity, steps, rank, robbins_monro()
+        )
+        return state.position, learner.sqrt_precond.factors
+
+    x0 = jnp.full((dim,), 0.1, jnp.float32)
+    start = time.perf_counter()
+    compiled = jax.jit(run).lower(x0).compile()
+    compile_s = time.perf_counter() - start
+    jax.block_until_ready(compiled(x0))
+    best = np.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(x0))
+        best = min(best, time.perf_counter() - start)
+    memory = compiled.memory_analysis()
+    program = None
+    if memory is not None:
+        program = int(
+            memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+        )
+    width = min(low_rank.SEARCH_BLOCKS * rank, dim)
+    return {
+        "problem": "low_rank",
+        "dim": dim,
+        "rank": rank,
+        "steps": steps,
+        "us_per_iteration": 1e6 * best / steps,
+        "compile_s": compile_s,
+        # W, Z and the positions' products (d x 3k each), Q (d x k), and O(d) vectors
+        "state_bytes": 4 * dim * (3 * width + rank + 8),
+        "program_bytes": program,
+        "device_kind": jax.devices()[0].device_kind,
+        "platform": jax.default_backend(),
+        "jax": jax.__version__,
+    }
+
+
+def _low_rank_path(record) -> Path:
+    kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
+    return RESULTS / kind.replace(" ", "_") / f"low_rank_d{record['dim']}_k{record['rank']}.json"
+
+
+def run_low_rank(dims, ranks, steps: int) -> None:
+    """Every ``(d, k)`` cell not cached yet (one process; a cell too big is reported)."""
+    import jax
+
+    kind = jax.default_backend() if jax.default_backend() == "cpu" else jax.devices()[0].device_kind
+    for rank in ranks:
+        for dim in dims:
+            path = RESULTS / kind.replace(" ", "_") / f"low_rank_d{dim}_k{rank}.json"
+            if path.exists():
+                continue
+            cell_steps = max(64, min(steps, int(2e10 // (dim * rank * 60))))  # bounded time
+            try:
+                record = low_rank_cell(dim, rank, cell_steps)
+            except Exception as err:  # out of memory: the largest d is found by trying
+                print(f"low_rank d={dim} k={rank}: {type(err).__name__}: {str(err)[:200]}")
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, indent=1))
+            print(f"low_rank d={dim:8d} k={rank:4d}: {record['us_per_iteration']:12.1f} us, "
+                  f"program {record['program_bytes'] / 1e6:9.1f} MB", flush=True)  # fmt: skip
+
+
+def render_low_rank(kind: str = "cpu") -> str:
+    """Time and memory per iteration of the low-rank cells, beside the dense ones."""
+    folder = RESULTS / kind
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("low_rank_*.json"))]
+    dense = {
+        r["dim"]: r
+        for p in folder.glob("precond_d*_n1.json")
+        if (r := json.loads(p.read_text()))["devices"] == 1
+    }
+    records.sort(key=lambda r: (r["rank"], r["dim"]))
+    header = ["k", "d", "us / iteration", "us / (d k)", "program per chain (MB)",
+              "learner state (MB)", "dense R: us / iteration", "dense R: program (MB)"]  # fmt: skip
+    rows = []
+    for r in records:
+        d = dense.get(r["dim"])
+        rows.append([
+            r["rank"], f"{r['dim']:,}", f"{r['us_per_iteration']:.0f}",
+            f"{1e3 * r['us_per_iteration'] / (r['dim'] * r['rank']):.2f} e-3",
+            f"{r['program_bytes'] / 1e6:.1f}", f"{r['state_bytes'] / 1e6:.1f}",
+            f"{d['us_per_iteration']:.0f}" if d else "",
+            f"{d['program_bytes_per_device'] / 1e6:.0f}" if d and d["program_bytes_per_device"]
+            else "",
+        ])  # fmt: skip
+    return templating.table(header, rows)
+
+
 def _path(record) -> Path:
     kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
     name = f"{record['problem']}_d{record['dim']}_n{record['devices']}.json"
@@ -219,7 +334,11 @@ def _spawn(count: int, cells, steps: int, rows: int) -> None:
 
 
 def render(kind: str = "cpu") -> str:
-    records = [json.loads(p.read_text()) for p in sorted((RESULTS / kind).glob("*.json"))]
+    records = [
+        json.loads(p.read_text())
+        for p in sorted((RESULTS / kind).glob("*.json"))
+        if not p.name.startswith("low_rank")
+    ]
     records.sort(key=lambda r: (r["problem"], r["devices"], r["dim"]))
     header = [
         "problem", "d", "devices", "us / iteration", "held per device (MB)",
@@ -244,10 +363,11 @@ def write_docs(page: Path = DOCS) -> str:
     """Write the measured tables between the page's ``scaling`` markers; returns the page."""
     text = page.read_text()
     for kind in sorted(p.name for p in RESULTS.iterdir() if p.is_dir()):
-        start, end = f"<!-- scaling:{kind}:start -->", f"<!-- scaling:{kind}:end -->"
-        if start in text:
-            head, rest = text.split(start)
-            text = head + start + "\n" + render(kind) + "\n" + end + rest.split(end)[1]
+        for name, table in (("scaling", render), ("low-rank", render_low_rank)):
+            start, end = f"<!-- {name}:{kind}:start -->", f"<!-- {name}:{kind}:end -->"
+            if start in text:
+                head, rest = text.split(start)
+                text = head + start + "\n" + table(kind) + "\n" + end + rest.split(end)[1]
     page.write_text(text)
     return text
 
@@ -269,7 +389,14 @@ def main(argv=None) -> None:
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cells", default="", help=argparse.SUPPRESS)
     parser.add_argument("--write-docs", action="store_true", help="fill docs/large_problems.md")
+    parser.add_argument("--low-rank", default="", help="low-rank cells: these d")
+    parser.add_argument("--ranks", default="8,32,128", help="k of the --low-rank cells")
     args = parser.parse_args(argv)
+    if args.low_rank:
+        dims = [int(d) for d in args.low_rank.split(",")]
+        run_low_rank(dims, [int(k) for k in args.ranks.split(",")], args.steps)
+        print(render_low_rank())
+        return
     if args.write_docs:
         write_docs()
         return

@@ -387,7 +387,7 @@ def _low_rank_warmup(
     record_precond, initial_step_size, find_step_size, target, rho,
 ) -> Warmup:  # fmt: skip
     """:func:`fisher_mala_warmup` with the low-rank learner (:mod:`fisher_mala.low_rank`)."""
-    from fisher_mala import low_rank, square_roots
+    from fisher_mala import low_rank
 
     rank = low_rank.check_rank(rank)
     _check_step_size_options(initial_step_size, target, rho)
@@ -406,7 +406,7 @@ def _low_rank_warmup(
             )
     _check_counts(num_mala_steps=num_mala_steps)
     _check_trace_every(trace_every)
-    num_mala_steps, block = int(num_mala_steps), trace_every or TRACE_REFRESH_EVERY
+    num_mala_steps = int(num_mala_steps)
     step = low_rank.adaptive_step(robbins_monro(target, rho), rank, damping)
     rule = robbins_monro(target, rho)
     key_mala = (2, 0)
@@ -420,15 +420,10 @@ def _low_rank_warmup(
         learner = low_rank.init(
             jax.random.key(0), flat.shape[0], flat.dtype, rank, damping
         )  # a fixed basis to start from: the run's keys drive the chain alone
-        root = learner.sqrt_precond
-        fisher_state = fisher.state_from(
-            state.position, state.logdensity, state.logdensity_grad, step_size, damping
-        )
-        fisher_state = fisher_state._replace(
-            sqrt_precond=root,
-            trace_precond=square_roots.trace(root),
-            whitened_grad=square_roots.whiten(root, ravel(state.logdensity_grad)),
-        )
+        fisher_state = low_rank.fisher_state(
+            state.position, state.logdensity, state.logdensity_grad, step_size,
+            learner.sqrt_precond,
+        )  # fmt: skip
         return fisher_state, learner
 
     def build(num_steps, position, warn=True):
@@ -441,7 +436,8 @@ def _low_rank_warmup(
                 lambda key, carry: step(key, carry, logdensity_fn),
                 split_key((2, 1)),
                 enter=enter,
-                block=block,
+                block=low_rank.BUFFER,  # R is refreshed between blocks (low_rank docs)
+                finish_block=low_rank.finish_block(rank, damping),
                 progress_of=lambda carry: carry[0].count,
             ),
         )
@@ -449,7 +445,7 @@ def _low_rank_warmup(
             start, phases, lambda carry: _with_parameters(_fisher_state_of(carry)), False
         )
 
-    return Warmup(build, target, num_mala_steps=num_mala_steps, block=block, rank=rank)
+    return Warmup(build, target, num_mala_steps=num_mala_steps, block=low_rank.BUFFER, rank=rank)
 
 
 def _fisher_state_of(carry):

@@ -70,23 +70,13 @@ def _learn(sigma, rng, rank, num_steps):
 
     x0 = jnp.asarray(np.linalg.cholesky(sigma) @ rng.normal(size=dim))
     learner = low_rank.init(jax.random.key(0), dim, jnp.float64, rank)
-    state = fm.fisher.init(x0, logdensity, 0.1)
-    root = learner.sqrt_precond
-    state = state._replace(
-        sqrt_precond=root,
-        trace_precond=square_roots.trace(root),
-        whitened_grad=square_roots.whiten(root, state.logdensity_grad),
+    value, grad = jax.value_and_grad(logdensity)(x0)
+    state = low_rank.fisher_state(x0, value, grad, 0.1, learner.sqrt_precond)
+    run = jax.jit(
+        lambda key, carry: low_rank.scan_adaptive(
+            key, carry, logdensity, num_steps, rank, robbins_monro(0.574, 0.015)
+        )
     )
-    step = low_rank.adaptive_step(robbins_monro(0.574, 0.015), rank)
-
-    @jax.jit
-    def run(key, carry):
-        def body(carry, key):
-            carry, info = step(key, carry, logdensity)
-            return carry, info.acceptance_rate
-
-        return jax.lax.scan(body, carry, jax.random.split(key, num_steps))
-
     (state, learner), acceptance = run(jax.random.key(1), (state, learner))
     return state, np.asarray(acceptance)
 
