@@ -261,14 +261,14 @@ def render_low_rank(kind: str = "cpu") -> str:
         if (r := json.loads(p.read_text()))["devices"] == 1
     }
     records.sort(key=lambda r: (r["rank"], r["dim"]))
-    header = ["k", "d", "us / iteration", "us / (d k)", "program per chain (MB)",
+    header = ["k", "d", "us / iteration", "ns / (d k)", "program per chain (MB)",
               "learner state (MB)", "dense R: us / iteration", "dense R: program (MB)"]  # fmt: skip
     rows = []
     for r in records:
         d = dense.get(r["dim"])
         rows.append([
             r["rank"], f"{r['dim']:,}", f"{r['us_per_iteration']:.0f}",
-            f"{1e3 * r['us_per_iteration'] / (r['dim'] * r['rank']):.2f} e-3",
+            f"{1e3 * r['us_per_iteration'] / (r['dim'] * r['rank']):.1f}",
             f"{r['program_bytes'] / 1e6:.1f}", f"{r['state_bytes'] / 1e6:.1f}",
             f"{d['us_per_iteration']:.0f}" if d else "",
             f"{d['program_bytes_per_device'] / 1e6:.0f}" if d and d["program_bytes_per_device"]

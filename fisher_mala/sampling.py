@@ -928,6 +928,12 @@ def sample(
     thinning = _check_count("thinning", thinning, 1)
     if thinning > num_samples:
         raise ValueError(f"`thinning` ({thinning}) exceeds `num_samples` ({num_samples}).")
+    if options.get("rank") is not None:  # "auto": dense or low rank by the dimension
+        from fisher_mala.low_rank import resolve_rank
+
+        flat = jax.tree.leaves(initial_positions)
+        dim = sum(int(np.prod(np.shape(leaf)[1:])) for leaf in flat)
+        options = {**options, "rank": resolve_rank(options["rank"], dim)}
     plan = _plan(sampler, options, data, logdensity_fn)
     validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
     num_chains = _check_initial_positions(_bind(logdensity_fn, data), initial_positions)

@@ -1,0 +1,213 @@
+"""The low-rank Fisher preconditioner's race: targets whose posterior is diagonal plus low
+rank, at equal precision (float64 everywhere, as nutpie computes).
+
+    python -m benchmarks.low_rank_race                 # every cell, cached
+    python -m benchmarks.low_rank_race --render        # the table only
+
+Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
+(ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
+sampling (compilation apart) and per gradient evaluation. Samplers:
+
+* ``fisher_nuts_rank8``: ``fm.sample(..., "fisher_nuts", rank=8)``, 5000 warm-up
+  iterations (the Fisher phase in full, then the step size), 2000 draws;
+* ``fisher_nuts_rank8_long``: the same after 20 000 warm-up iterations (:data:`LONG_WARMUP`);
+* ``fisher_nuts_dense``: the same with the dense ``R`` (where it fits);
+* ``nuts_diag``: BlackJAX NUTS after ``window_adaptation`` (1000 steps), 2000 draws;
+* ``nutpie_diag``, ``nutpie_low_rank``: nutpie on the PyMC version of the model, 1000
+  tuning steps, 2000 draws.
+
+Targets (synthetic, fixed seeds):
+
+* ``gaussian_lowrank``: ``d = 1000``, covariance ``D^(1/2) (I + U diag(S - 1) U^T)
+  D^(1/2)`` with ``D`` spanning ``e^-2 .. e^2`` and rank 8 (four directions 100, 50, 30 and 20
+  times looser than the diagonal, four 10 to 100 times stiffer), its log density in
+  ``O(d r)``;
+* ``hierarchical_logistic``: a varying-intercept logistic regression, 1000 groups of 8
+  observations, 3 covariates, non-centred (``alpha_g = mu + tau z_g``): ``d = 1005``, the
+  population parameters correlated with every group's.
+
+Cells cached in ``benchmarks/results/low_rank_race/<target>/<sampler>.json``; the table in
+``benchmarks/results/low_rank_race.md``.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import templating
+
+RESULTS = Path(__file__).resolve().parent / "results" / "low_rank_race"
+TABLE = RESULTS.parent / "low_rank_race.md"
+SAMPLERS = ("fisher_nuts_rank8", "fisher_nuts_rank8_long", "fisher_nuts_dense", "nuts_diag",
+            "nutpie_diag", "nutpie_low_rank")  # fmt: skip
+#: The low-rank learner's longer warm-up (``fisher_nuts_rank8_long``): its iterations cost
+#: O(d k), and on ``gaussian_lowrank`` it finds the two loosest directions only after about
+#: 20 d of them (the chain must first move along them for the positions to show them).
+LONG_WARMUP = 20_000
+CHAINS, SAMPLES, FISHER_WARMUP, NUTS_WARMUP = 4, 2000, 5000, 1000
+
+
+class _Target:
+    """What the race's runners read of a target."""
+
+    def __init__(self, name, dim, logdensity_fn, pymc_model):
+        self.name, self.dim, self.logdensity_fn = name, dim, logdensity_fn
+        self.covariance = None
+        self.extras = {"pymc_model": pymc_model}
+
+
+def gaussian_lowrank(dim=1000):
+    rng = np.random.default_rng(0)
+    diagonal = np.exp(rng.uniform(-2, 2, dim))
+    loadings = np.linalg.qr(rng.normal(size=(dim, 8)))[0]
+    spectrum = np.array([100.0, 50.0, 30.0, 20.0, 0.1, 0.05, 0.02, 0.01])
+    weights = 1.0 / spectrum - 1.0  # precision: D^(-1/2) (I + U diag(1/S - 1) U^T) D^(-1/2)
+    scale = 1.0 / np.sqrt(diagonal)
+
+    def logdensity(x):
+        y = x * scale
+        return -0.5 * (y @ y + jnp.sum(weights * (y @ loadings) ** 2))
+
+    def pymc_model():
+        import pymc as pm
+
+        with pm.Model() as model:
+            x = pm.Flat("x", shape=dim)
+            y = x * scale
+            pm.Potential("density", -0.5 * ((y**2).sum() + (weights * (y @ loadings) ** 2).sum()))
+        return model
+
+    return _Target("gaussian_lowrank", dim, logdensity, pymc_model)
+
+
+def hierarchical_logistic(groups=1000, per_group=8, features=3):
+    rng = np.random.default_rng(1)
+    group = np.repeat(np.arange(groups), per_group)
+    x = rng.normal(size=(groups * per_group, features))
+    alpha = 0.5 + 1.0 * rng.normal(size=groups)
+    beta = np.array([1.0, -0.5, 0.25])
+    y = (rng.uniform(size=group.size) < 1 / (1 + np.exp(-(alpha[group] + x @ beta)))).astype(float)
+
+    def logdensity(theta):
+        mu, log_tau, b, z = theta[0], theta[1], theta[2 : 2 + features], theta[2 + features :]
+        tau = jnp.exp(log_tau)
+        logits = mu + tau * z[group] + x @ b
+        lik = jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
+        # mu ~ N(0, 2), tau ~ HalfNormal(1) (log-Jacobian log_tau), b ~ N(0, 1), z ~ N(0, 1)
+        prior = -0.125 * mu**2 - 0.5 * tau**2 + log_tau - 0.5 * b @ b - 0.5 * z @ z
+        return lik + prior
+
+    def pymc_model():
+        import pymc as pm
+
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0.0, 2.0)
+            tau = pm.HalfNormal("tau", 1.0)
+            b = pm.Normal("b", 0.0, 1.0, shape=features)
+            z = pm.Normal("z", 0.0, 1.0, shape=groups)
+            pm.Bernoulli("y", logit_p=mu + tau * z[group] + pm.math.dot(x, b), observed=y)
+        return model
+
+    return _Target("hierarchical_logistic", 2 + features + groups, logdensity, pymc_model)
+
+
+TARGETS = {"gaussian_lowrank": gaussian_lowrank, "hierarchical_logistic": hierarchical_logistic}
+
+
+def _fisher(target, positions, key, rank, num_warmup=FISHER_WARMUP):
+    import fisher_mala as fm
+
+    options = {} if rank is None else {"rank": rank}
+    r = fm.sample(key, "fisher_nuts", target.logdensity_fn, positions,
+                  num_warmup=num_warmup, num_samples=SAMPLES, metric="dense",
+                  stopping_rule=False, diagnose=False, **options)  # fmt: skip
+    return (np.asarray(r.samples), int(np.sum(r.num_grad_evals)), r.compile_seconds,
+            r.warmup_seconds, r.sampling_seconds)  # fmt: skip
+
+
+def run_cell(target_name: str, sampler: str) -> dict:
+    path = RESULTS / target_name / f"{sampler}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    import fisher_mala as fm
+    from benchmarks import versus_blackjax
+
+    target = TARGETS[target_name]()
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
+    start = time.perf_counter()
+    if sampler == "fisher_nuts_rank8_long":
+        out = _fisher(target, positions, key_run, 8, LONG_WARMUP)
+    elif sampler.startswith("fisher_nuts"):
+        out = _fisher(target, positions, key_run, 8 if sampler.endswith("rank8") else None)
+    elif sampler == "nuts_diag":
+        out = versus_blackjax._run_nuts(target, positions, key_run, True, NUTS_WARMUP, SAMPLES)
+    else:
+        out = versus_blackjax._run_nutpie(target, positions, 0, sampler.removeprefix("nutpie_"),
+                                          NUTS_WARMUP, SAMPLES)  # fmt: skip
+    draws, grads, compile_s, warm_s, sample_s = out
+    bulk = fm.ess(np.asarray(draws, np.float64), method="bulk")
+    seconds = warm_s + sample_s
+    record = {
+        "target": target_name, "sampler": sampler, "dim": target.dim, "chains": CHAINS,
+        "bulk_min": float(np.nanmin(bulk)), "grad_evals": grads,
+        "bulk_min_per_grad": float(np.nanmin(bulk) / grads),
+        "bulk_min_per_second": float(np.nanmin(bulk) / seconds),
+        "seconds": {"compile": compile_s, "warmup": warm_s, "sampling": sample_s,
+                    "wall": time.perf_counter() - start},
+        "dtype": "float64", "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+    }  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    print(f"{target_name:22s} {sampler:18s} min ESS {record['bulk_min']:8.1f} "
+          f"ESS/s {record['bulk_min_per_second']:9.2f} ESS/grad {record['bulk_min_per_grad']:.2e}",
+          flush=True)  # fmt: skip
+    return record
+
+
+def render() -> str:
+    rows = []
+    for target in TARGETS:
+        cells = {s: json.loads(p.read_text()) for s in SAMPLERS
+                 if (p := RESULTS / target / f"{s}.json").exists()}  # fmt: skip
+        if "fisher_nuts_rank8" not in cells:
+            continue
+        mine = cells["fisher_nuts_rank8"]
+        for s, r in cells.items():
+            rows.append([
+                target, r["dim"], s, f"{r['bulk_min']:.0f}", f"{r['bulk_min_per_second']:.3g}",
+                f"{r['bulk_min_per_grad']:.2e}",
+                f"{mine['bulk_min_per_second'] / r['bulk_min_per_second']:.2f}",
+                f"{mine['bulk_min_per_grad'] / r['bulk_min_per_grad']:.2f}",
+            ])  # fmt: skip
+    text = templating.table(
+        ["target", "d", "sampler", "min bulk ESS", "per second", "per gradient",
+         "rank-8 over it, /s", "rank-8 over it, /grad"], rows)  # fmt: skip
+    TABLE.write_text(text + "\n")
+    return text
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render", action="store_true")
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    args = parser.parse_args(argv)
+    if not args.render:
+        with jax.enable_x64(True):
+            for target in args.targets.split(","):
+                for sampler in args.samplers.split(","):
+                    try:
+                        run_cell(target, sampler)
+                    except Exception as err:
+                        print(f"{target} {sampler}: {type(err).__name__}: {str(err)[:300]}")
+    print(render())
+
+
+if __name__ == "__main__":
+    main()
