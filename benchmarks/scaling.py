@@ -277,6 +277,38 @@ def render_low_rank(kind: str = "cpu") -> str:
     return templating.table(header, rows)
 
 
+PLOT = Path(__file__).resolve().parents[1] / "docs" / "images" / "low_rank_scaling.png"
+
+
+def plot_low_rank(kind: str = "cpu", out: Path = PLOT) -> Path:
+    """Microseconds per adaptive iteration against d: the dense R and the low-rank ones."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = RESULTS / kind
+    low = [json.loads(p.read_text()) for p in folder.glob("low_rank_*.json")]
+    dense = sorted(
+        (r["dim"], r["us_per_iteration"])
+        for p in folder.glob("precond_d*_n1.json")
+        if (r := json.loads(p.read_text()))["devices"] == 1
+    )
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    if dense:
+        ax.plot(*zip(*dense, strict=True), "k-o", label="dense R (the paper's)")
+    for rank in sorted({r["rank"] for r in low}):
+        cells = sorted((r["dim"], r["us_per_iteration"]) for r in low if r["rank"] == rank)
+        ax.plot(*zip(*cells, strict=True), "-o", label=f"rank={rank}")
+    ax.set(xscale="log", yscale="log", xlabel="d", ylabel="µs per adaptive iteration")
+    ax.set_title("FisherMALA's adaptive iteration, one chain, float32, 2 CPU cores", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def _path(record) -> Path:
     kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
     name = f"{record['problem']}_d{record['dim']}_n{record['devices']}.json"
@@ -399,6 +431,7 @@ def main(argv=None) -> None:
         return
     if args.write_docs:
         write_docs()
+        plot_low_rank()
         return
     if args.render:
         print(render(args.render))
