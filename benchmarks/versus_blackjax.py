@@ -252,10 +252,13 @@ def run_cell(target_name, sampler, args, root=RESULTS):
             protocol["target_acceptance"] = args.target_acceptance
     if sampler not in NUTPIE and jax.default_backend() == "cpu":
         protocol["cpu_devices"] = jax.device_count()
+    float64 = target_name in POSTERIORDB or getattr(args, "float64", False)
+    if getattr(args, "float64", False):
+        protocol["float64"] = True
     if cells.is_done(path, protocol):
         print(f"  cached   {target_name:14s} {sampler}")
         return
-    with jax.enable_x64(target_name in POSTERIORDB):
+    with jax.enable_x64(float64):
         _run_and_record(target_name, sampler, args, protocol, path)
 
 
@@ -515,9 +518,21 @@ def render_whitened(root=RESULTS) -> dict:
     }
 
 
-def race_ratios(root=RESULTS) -> list[dict]:
+FLOAT64 = RESULTS.parent / "race_f64"
+
+
+def _best_ratio(fisher: dict, peers: dict, key: str):
+    """``(ratio, peer)``: the best Fisher cell over the best peer in ``key``."""
+    mine = max(r[key] for r in fisher.values())
+    peer = max(peers, key=lambda s: peers[s][key])
+    return mine / peers[peer][key], peer
+
+
+def race_ratios(root=RESULTS, float64_root=FLOAT64) -> list[dict]:
     """Per target (peers run in full): the best Fisher NUTS cell (per-chain or pooled R)
-    against the best peer, in min bulk ESS per second and per gradient."""
+    against the best peer, in min bulk ESS per second and per gradient; and, where the
+    paper's targets were rerun in float64 (``--float64 --root results/race_f64``), the same
+    at equal precision (nutpie computes in float64; BlackJAX's cells there when rerun)."""
     out = []
     for target in (*TARGETS, *POSTERIORDB):
         rows = {
@@ -535,6 +550,19 @@ def race_ratios(root=RESULTS) -> list[dict]:
             mine = max(fisher.values(), key=lambda r: r[key])
             peer = max(peers, key=lambda s: peers[s][key])
             row[unit] = (mine[key], peer, peers[peer][key], mine[key] / peers[peer][key])
+        if target in POSTERIORDB:  # raced in float64 from the start
+            row["float64"] = row["second"][3], row["second"][1]
+        else:
+            wide = {
+                s: json.loads(p.read_text())
+                for s in (*WHITENED[:2], *PEERS)
+                if (p := float64_root / target / f"{s}.json").exists()
+            }
+            fisher64 = {s: r for s, r in wide.items() if s in WHITENED}
+            peers64 = {s: r for s, r in peers.items() if s in NUTPIE}
+            peers64.update({s: r for s, r in wide.items() if s in PEERS and _full_peer(r)})
+            if fisher64 and peers64:
+                row["float64"] = _best_ratio(fisher64, peers64, "bulk_min_per_second")
         out.append(row)
     return out
 
@@ -543,13 +571,16 @@ def render_lead(root=RESULTS) -> str:
     """The compact race table: Fisher NUTS against the best peer, ratios."""
     lines = [
         [
-            r["target"], r["dim"], _per_second(r["second"][0]), r["second"][1],
-            f"**{r['second'][3]:.2f}**", r["grad"][1], f"{r['grad'][3]:.2f}",
+            r["target"], r["dim"],
+            f"**{r['float64'][0]:.2f}** ({r['float64'][1]})" if "float64" in r else "not rerun",
+            "(float64)" if r["target"] in POSTERIORDB
+            else f"{r['second'][3]:.2f} ({r['second'][1]})",
+            f"{r['grad'][3]:.2f} ({r['grad'][1]})",
         ]
         for r in race_ratios(root)
     ]  # fmt: skip
-    header = ["target", "d", "Fisher NUTS ESS/s", "best peer /s", "ratio /s", "best peer /grad",
-              "ratio /grad"]  # fmt: skip
+    header = ["target", "d", "per second, all float64 (best peer)",
+              "per second, JAX float32 (best peer)", "per gradient (best peer)"]  # fmt: skip
     return templating.table(header, lines)
 
 
@@ -567,21 +598,28 @@ def plot_lead(out=LEAD_PLOT, root=RESULTS) -> Path:
     ratios = race_ratios(root)
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.42 * len(ratios) + 1.4), sharey=True)
     y = np.arange(len(ratios))[::-1]
-    for ax, unit, title in zip(axes, ("second", "grad"), ("per second", "per gradient"),
-                               strict=True):  # fmt: skip
-        values = np.array([r[unit][3] for r in ratios])
+    titles = ("per second, all float64", "per gradient")
+    for ax, unit, title in zip(axes, ("second", "grad"), titles, strict=True):
+        # per second at equal precision (float64) where the cells were rerun
+        pairs = [
+            r["float64"] if unit == "second" and "float64" in r else (r[unit][3], r[unit][1])
+            for r in ratios
+        ]
+        marks = [" (float32)" if unit == "second" and "float64" not in r else "" for r in ratios]
+        values = np.array([v for v, _ in pairs])
         colors = ["tab:blue" if v >= 1 else "tab:red" for v in values]
         ax.barh(y, values - 1.0, left=1.0, color=colors, height=0.7)  # from 1: even
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_xscale("log")
-        for yi, v, r in zip(y, values, ratios, strict=True):
-            ax.text(max(v, 1.0) * 1.06, yi, f"{v:.2f} vs {r[unit][1]}", va="center",
+        for yi, v, (_, peer), mark in zip(y, values, pairs, marks, strict=True):
+            ax.text(max(v, 1.0) * 1.06, yi, f"{v:.2f} vs {peer}{mark}", va="center",
                     ha="left", fontsize=8)  # fmt: skip
         ticks = [t for t in (0.25, 0.5, 1, 2, 4, 8) if values.min() / 2 <= t <= values.max() * 8]
         ax.set_xlim(min(values.min(), 1.0) / 1.3, max(values.max(), 1.0) * 8)
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_title(f"min bulk ESS {title}: Fisher NUTS / best peer", fontsize=10)
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("min bulk ESS, Fisher NUTS over the best peer", fontsize=11)
     axes[0].set_yticks(y, [f"{r['target']} (d = {r['dim']})" for r in ratios], fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
@@ -970,6 +1008,12 @@ def main(argv=None):
         type=int,
         default=0,
         help="run the cells this many times into results/race_repeats/repK",
+    )
+    parser.add_argument(
+        "--float64",
+        action="store_true",
+        help="run the paper's targets in float64 too, as nutpie computes (with --root "
+        "results/race_f64: the equal-precision cells)",
     )
     parser.add_argument("--render", action="store_true")
     parser.add_argument(
