@@ -2,36 +2,51 @@
 
 The paper's dense ``R`` costs ``O(d^2)`` memory and time per step; its Section 7 names
 low-rank approximations as the way past that. This module learns, from the same signals
-``s_n`` (Eq. (16), one gradient per MALA step), a square root of the form
+(Eq. (16), one gradient per MALA step) and the chain's positions, a square root of the form
 :class:`~fisher_mala.square_roots.LowRankSqrt`, ``R = D^(1/2) (I + Q diag(c) Q^T)``:
 
-* ``D``: the inverse of the running Fisher diagonal, ``F_ii = (lambda + sum_n s_ni^2) /
-  (1 + n)`` (the diagonal of the damped estimate of Eq. (8); ``D = I / lambda`` at the
-  start, as the dense ``R_0 = I / sqrt(lambda)``);
-* in the scaled coordinates ``phi = D^(1/2) s`` the Fisher matrix ``F~ = E[phi phi^T]`` has
-  unit diagonal, and ``A = D^(1/2) F~^(-1) D^(1/2)`` is approximated by the identity except
-  on the ``k`` eigen-directions of ``F~`` whose eigenvalue ``theta`` is farthest from 1 on
-  a log scale, where ``A`` is ``1 / theta`` (``c = theta^(-1/2) - 1``). Both ends matter:
-  ``theta << 1`` is a direction of strong posterior correlation (a hierarchical model's
-  population direction, the large variance that a diagonal misses), ``theta >> 1`` a stiff
-  one. A sketch of the signals' largest directions (Frequent Directions, streaming PCA)
-  finds only the second kind.
+* ``D``: a diagonal, ``sqrt(Var x / F_ii)`` from the positions' running variances and the
+  signals' running Fisher diagonal ``F_ii = (lambda + sum_n s_ni^2) / (1 + n)`` (the
+  diagonal of Seyboldt et al.'s Fisher HMC; ``D = I / lambda`` at the start, as the dense
+  ``R_0 = I / sqrt(lambda)``);
+* ``Q`` and ``c``: the ``k`` directions in which, seen through the current ``R``, the
+  target is farthest from what ``R`` assumes, **at both ends** (on a log scale): loose
+  directions of strong posterior correlation (a hierarchical model's population
+  direction, the large variance a diagonal misses) and stiff ones. A sketch of the
+  signals' largest directions (Frequent Directions, streaming PCA) finds only the stiff
+  kind, since the gradients carry the least signal along a loose direction.
 
-The directions come from a stochastic block Rayleigh-Ritz (Davidson) iteration on ``F~``,
-run on the stream of signals. A search basis ``W`` of ``2 k`` orthonormal columns
-accumulates, over a cycle of ``T`` signals, ``G = sum (W^T phi)(W^T phi)^T`` (``W^T F~ W``
-times ``T``) and ``Z = sum phi (W^T phi)^T`` (``F~ W`` times ``T``). At the end of a cycle
-the Ritz pairs of ``G / T`` give ``Q`` and ``theta`` (the ``k`` farthest from 1), and the
-next basis is ``Q`` and the residuals ``F~ Q - Q diag(theta)`` (from ``Z``), orthonormalized:
-one block Krylov step per cycle, which approximates both ends of the spectrum. Per signal:
-two ``d x 2k`` products (``O(d k)``); per cycle: an eigendecomposition of ``2k x 2k`` and a QR
-of ``d x 2k`` (``O(d k^2)``, every ``T >= 2k`` signals). Memory: ``W``, ``Z`` and ``Q``, ``5 d
-k`` numbers, and ``O(d)`` more. Nothing ``O(d^2)``.
+**Whitened signals, and the fixed point.** The kernel gives ``psi = R^T s`` for free. For a
+Gaussian target and small steps, ``E[psi psi^T] = B^2`` with ``B = R^T F R``: the signal of
+Eq. (16) is biased by the ``A`` that made the proposals (``docs/signal_bias.md``), and the
+fixed point of ``A^(-1) = E[s s^T]`` is ``A = R B^(-1) R^T``. So the eigenvalues ``mu`` of the
+whitened second moment are taken by their square root, ``beta = sqrt(mu)``, relative to the
+rest of the space, and ``R`` is updated as ``R (I + V (beta^(-1/2) - 1) V^T)``, re-expressed
+in the form above by an eigendecomposition in the span of the old and new directions (at
+most ``2k`` columns), keeping the ``k`` farthest from 1.
 
-With ``2 k >= d`` the search basis spans everything and ``A`` is the inverse of the cycle's
-Fisher estimate in the scaled coordinates: the same target as the dense recursion
-(Proposition 4, ``A_n = (lambda I + sum s s^T)^(-1)`` up to scale), estimated from the last
-cycle's signals instead of all of them (``tests/test_low_rank.py``).
+**Finding the directions.** A stochastic block Rayleigh-Ritz (Davidson) iteration: a search
+basis ``W`` of ``3k`` orthonormal columns accumulates, over a cycle of ``T`` signals,
+``G = sum (W^T psi)(W^T psi)^T``, ``Z = sum psi (W^T psi)^T`` (``B^2 W`` times ``T``) and the
+same products of the whitened positions ``zeta = R^(-1) (x - xbar)``, whose covariance is
+``B^(-1)``. At the end of a cycle the Ritz pairs of ``G / T`` give the directions; the next
+basis holds them, their residuals under ``B^2`` (a Krylov step toward the stiff end) and
+under ``B^(-1)`` (toward the loose end: shift-and-invert for free, once the chain moves along
+those directions). A Ritz value within the cycle's noise band (Marchenko-Pastur's edges for
+``3k`` columns and ``T`` signals, widened by :data:`NOISE_MARGIN`) changes nothing, so ``k``
+is an upper bound and the rank that acts is learned. Cycles grow with the signals
+(:data:`CYCLE_GROWTH`).
+
+**Cost.** Per signal: a few ``O(d k)`` products, and one row written into each of two
+buffers of :data:`BUFFER` signals, absorbed into the accumulators by two matrix products
+per buffer (:func:`end_of_block`). Per cycle: eigendecompositions of ``3k x 3k`` and
+``2k x 2k`` and QR factorizations of ``d x 3k`` and ``d x 2k`` (``O(d k^2)``). Memory: ``W``,
+``Z`` and the positions' products (``d x 3k`` each), ``Q`` and the buffers: ``O(d k)``.
+Nothing ``O(d^2)``.
+
+With ``3k >= d`` the basis spans everything and ``A`` is the full fixed point, estimated
+from the last cycle's signals, where the dense recursion (Proposition 4) averages every
+signal (``tests/test_low_rank.py``).
 """
 
 from collections.abc import Callable
@@ -160,7 +175,7 @@ def _orthonormal(matrix: Array) -> Array:
 
 def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherState:
     """The learner before any signal: ``D = I / lambda``, ``c = 0`` (``A = I / lambda``,
-    the dense ``R_0``), and a random orthonormal search basis of ``min(2k, d)`` columns."""
+    the dense ``R_0``), and a random orthonormal search basis of ``min(3k, d)`` columns."""
     width = min(SEARCH_BLOCKS * int(rank), int(dim))
     basis = _orthonormal(jax.random.normal(rng_key, (dim, width), dtype))
     scale = jnp.full((dim,), 1.0 / jnp.sqrt(jnp.asarray(damping, dtype)), dtype)
