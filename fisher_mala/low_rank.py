@@ -71,7 +71,6 @@ __all__ = [
     "cycle_length",
     "init",
     "update",
-    "sqrt_from_eigen",
     "adaptive_step",
     "check_rank",
     "resolve_rank",
@@ -195,12 +194,6 @@ def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherS
         signal_buffer=jnp.zeros((BUFFER, dim), dtype),
         position_buffer=jnp.zeros((BUFFER, dim), dtype),
     )
-
-
-def sqrt_from_eigen(scale: Array, basis: Array, theta: Array) -> LowRankSqrt:
-    """``R`` with ``A = D^(1/2) (I + Q (1 / theta - 1) Q^T) D^(1/2)``: ``c = theta^(-1/2) - 1``."""
-    theta = jnp.clip(theta, *THETA_BOUNDS)
-    return LowRankSqrt(scale, basis, jax.lax.rsqrt(theta) - 1.0)
 
 
 def _inverse_factors(root: LowRankSqrt) -> Array:
