@@ -57,7 +57,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from fisher_mala import mala
-from fisher_mala.adaptations.fisher import DAMPING
+from fisher_mala.adaptations.fisher import DAMPING, whitened_signal
 from fisher_mala.adaptations.step_size import RobbinsMonroState
 from fisher_mala.mala import kernel_view
 from fisher_mala.pytree import ravel
@@ -374,9 +374,10 @@ def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
     def step(rng_key, carry, logdensity_fn):
         state, learner = carry
         moved, info = mala_kernel(rng_key, kernel_view(state), logdensity_fn, state.step_size)
-        finite = info.proposal_is_finite
-        difference = jnp.where(finite, info.proposal_whitened_grad - info.whitened_grad, 0.0)
-        psi = jnp.sqrt(info.acceptance_rate) * difference  # R^T s of Eq. (16), free
+        psi = whitened_signal(  # R^T s of Eq. (16), free from the whitened gradients
+            "rao_blackwell", info.whitened_grad, info.proposal_whitened_grad,
+            info.acceptance_rate, info.is_accepted, info.proposal_is_finite,
+        )  # fmt: skip
         learner = update(learner, psi, ravel(moved.position), rank, damping)
         step_size = step_size_rule.update(RobbinsMonroState(state.step_size), info.acceptance_rate)
         state = state._replace(  # R changes only at the end of a block (finish_block)

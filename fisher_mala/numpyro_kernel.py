@@ -594,7 +594,9 @@ class FisherNUTSKernel(MCMCKernel):
 
     def _num_fisher(self, num_warmup: int) -> int:
         """Adaptive Fisher iterations of a warm-up of ``num_warmup`` (after the MALA ones)."""
-        warmup = self._warmup()
+        if getattr(self, "_split_warmup", None) is None:  # built once: only its split is read
+            self._split_warmup = self._warmup()
+        warmup = self._split_warmup
         num_fisher, _ = warmup.split(num_warmup)
         return num_fisher - min(warmup.fisher.num_mala_steps, num_fisher)
 
@@ -677,6 +679,7 @@ class FisherNUTSKernel(MCMCKernel):
         state = self.__dict__.copy()
         state["_kernel"] = None
         state["_compiled_warmups"] = {}
+        state["_split_warmup"] = None
         return state
 
     def __setstate__(self, state):

@@ -396,6 +396,7 @@ def _low_rank_warmup(
         "signal": signal != "rao_blackwell",
         "learning_rate": learning_rate is not None,
         "record_precond": bool(record_precond),
+        "trace_every": trace_every is not None,  # no snapshots: R changes once per cycle
     }
     for name, given in refused.items():
         if given:
@@ -405,7 +406,6 @@ def _low_rank_warmup(
                 "(fisher_mala.low_rank); leave it at its default, or drop `rank`."
             )
     _check_counts(num_mala_steps=num_mala_steps)
-    _check_trace_every(trace_every)
     num_mala_steps = int(num_mala_steps)
     step = low_rank.adaptive_step(robbins_monro(target, rho), rank, damping)
     rule = robbins_monro(target, rho)
@@ -441,17 +441,11 @@ def _low_rank_warmup(
                 progress_of=lambda carry: carry[0].count,
             ),
         )
-        return Schedule(
-            start, phases, lambda carry: _with_parameters(_fisher_state_of(carry)), False
-        )
+        # the phase's state is (FisherMALA state, learner); its enter runs even when the
+        # phase has no iterations
+        return Schedule(start, phases, lambda carry: _with_parameters(carry[0]), False)
 
     return Warmup(build, target, num_mala_steps=num_mala_steps, block=low_rank.BUFFER, rank=rank)
-
-
-def _fisher_state_of(carry):
-    """The FisherMALA state of the low-rank phase's ``(state, learner)`` (its ``enter``
-    runs even when the phase has no iterations)."""
-    return carry[0]
 
 
 def pooled_fisher_mala_warmup(

@@ -84,7 +84,7 @@ def _learn(sigma, rng, rank, num_steps):
 def test_the_learned_preconditioner_finds_a_diagonal_plus_rank_4_covariance():
     """d = 200, k = 8, 20 000 adaptive FisherMALA iterations (100 d): the four directions
     found (cosines above 0.95) and the trace-normalized A within 15% of Sigma in relative
-    Frobenius norm, where the best diagonal is 94% away."""
+    Frobenius norm, where the best diagonal is more than 90% away."""
     with jax.enable_x64(True):
         sigma, loadings, rng = _diag_plus_low_rank()
         state, acceptance = _learn(sigma, rng, 8, 20_000)
@@ -141,6 +141,7 @@ def test_fm_sample_with_rank_matches_the_gaussian_moments():
         ({"rank": 4, "signal": "score"}, "not available with `rank`"),
         ({"rank": 4, "learning_rate": 0.01}, "not available with `rank`"),
         ({"rank": 4, "pooled": True}, "not available with pooled=True"),
+        ({"rank": 4, "trace_every": 100}, "not available with `rank`"),
     ],
 )
 def test_bad_rank_options_fail_before_compiling(options, match):
