@@ -41,6 +41,10 @@ __all__ = [
     "hand_over",
     "scale_sqrt",
     "merge_info",
+    "TuningCarry",
+    "tuning_start",
+    "tuning_advance",
+    "tuning_finish",
 ]
 
 
@@ -116,6 +120,17 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
     target's spread. With ``prior_weight``, ``R`` also absorbs the score at every draw
     (``score_prior_weight``).
     """
+    phase = _step_size_phase(tuning, state, num_steps, prior_weight)
+    start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), state.whitened_grad.dtype))
+    (state, da, sum_sq, count), info, _ = iterate(
+        phase, rng_key, start, num_steps, offset, progress
+    )
+    return state, da, info, sum_sq / count
+
+
+def _step_size_phase(tuning, state, num_steps, prior_weight) -> Phase:
+    """The :class:`~fisher_mala.schedule.Phase` of :func:`_dual_averaging`: its state is
+    ``(kernel state, dual-averaging state, sum of |R^T g|^2, count)``."""
     _, da_update, _ = tuning.dual_averaging
     dim = state.whitened_grad.shape[-1]
     dtype = state.whitened_grad.dtype
@@ -151,12 +166,7 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
             state = learn(state, count)
         return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
 
-    phase = Phase("step_size", num_steps, step, key=lambda key: key)
-    start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype))
-    (state, da, sum_sq, count), info, _ = iterate(
-        phase, rng_key, start, num_steps, offset, progress
-    )
-    return state, da, info, sum_sq / count
+    return Phase("step_size", num_steps, step, key=lambda key: key)
 
 
 def initial_leapfrog_step(fstate, dim):
@@ -252,3 +262,66 @@ def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, poole
     states, k = normalize(states, pooled_mean_sq)
     params, merged = merge_info(finfo, info, steps / k, scale_sqrt(shared.sqrt_precond, k[0]))
     return (states, params), merged
+
+
+# The step-size phase in parts (a checkpointed run saves between them): ``tuning_start``
+# hands over from the Fisher phase, ``tuning_advance`` runs some of the phase's
+# iterations, ``tuning_finish`` rescales R and merges the infos. Together they are
+# :func:`tuning_stage` of one chain without ``score_prior_weight``: the same keys, the
+# same chain, bit for bit.
+
+
+class TuningCarry(NamedTuple):
+    """The step-size phase between its parts: the kernel state, the dual-averaging state,
+    the running sum of ``|R^T g|^2`` and its count, and the phase's initial leapfrog
+    step."""
+
+    state: Any
+    dual_averaging: Any
+    sum_sq: Any
+    count: Any
+    initial_step: Any
+
+
+def tuning_start(tuning, fisher_state, metric) -> TuningCarry:
+    """The carry at the start of the step-size phase (``fisher_state``: the Fisher phase's
+    final state)."""
+    initial = initial_leapfrog_step(fisher_state, fisher_state.whitened_grad.shape[-1])
+    state = hand_over(fisher_state, metric, ravel(fisher_state.logdensity_grad))
+    dtype = state.whitened_grad.dtype
+    da = tuning.dual_averaging[0](initial)
+    return TuningCarry(state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype), initial)
+
+
+def tuning_advance(tuning, rng_key, carry: TuningCarry, num_steps, offset, progress):
+    """``num_steps`` iterations of the step-size phase from its iteration ``offset``
+    (counted from the start of the warm-up): ``(carry, info)``, ``info`` the per-iteration
+    ``(acceptance_rate, is_accepted, proposal_is_finite, num_integration_steps)``."""
+    phase = _step_size_phase(tuning, carry.state, num_steps, None)
+    inner = (carry.state, carry.dual_averaging, carry.sum_sq, carry.count)
+    (state, da, sum_sq, count), info, _ = iterate(
+        phase, rng_key, inner, num_steps, offset, progress
+    )
+    fields = (info.acceptance_rate, info.is_accepted, info.proposal_is_finite)
+    carry = carry._replace(state=state, dual_averaging=da, sum_sq=sum_sq, count=count)
+    return carry, (*fields, info.num_integration_steps)
+
+
+def tuning_finish(tuning, finfo, carry: TuningCarry, info, num_steps):
+    """``((state, parameters), info)`` at the end of the step-size phase, as
+    :func:`tuning_stage` returns them (``finfo`` the Fisher phase's info, ``info`` what
+    :func:`tuning_advance` returned, joined over the parts)."""
+    names = ("acceptance_rate", "is_accepted", "proposal_is_finite", "num_integration_steps")
+    info = _Info(**dict(zip(names, info, strict=True)))
+    step = tuning.dual_averaging[2](carry.dual_averaging) if num_steps else carry.initial_step
+    step = jnp.asarray(step, carry.initial_step.dtype)
+    state, k = normalize(carry.state, carry.sum_sq / carry.count)
+    params, merged = merge_info(finfo, info, step / k, state.sqrt_precond)
+    return (state, params), merged
+
+
+class _Info(NamedTuple):
+    acceptance_rate: Any
+    is_accepted: Any
+    proposal_is_finite: Any
+    num_integration_steps: Any

@@ -26,7 +26,8 @@ class Sampler(NamedTuple):
         :class:`~fisher_mala.warmups.Warmup` built from a schedule, or any object with
         that ``run``; ``warmup.batched``: ``run`` takes every chain at once;
         ``warmup.staged``: it runs in compiled parts with host choices between them,
-        through ``warmup.staged_run``).
+        through ``warmup.staged_run``; ``warmup.segmented_run``: so it does with a
+        checkpoint, saved after each part).
     sampling_kernel
         ``(logdensity_fn, **options) -> step`` with ``step(key, state, parameters) ->
         (state, info)``, the frozen kernel of the sampling phase.

@@ -12,9 +12,10 @@ sampler, options, length, dimension, dtype, key or starting points) is refused, 
 what differs. The warm-ups that are schedules of compiled phases (every sampler but
 Fisher NUTS / HMC) run in segments of at most ``n`` iterations, the run saved after each
 (the chain's state inside its phase, the adaptation's state and the acceptance
-statistics so far), so a run killed during its warm-up resumes there too; Fisher NUTS and
-Fisher HMC, whose warm-up makes choices on the host between its compiled stages, save
-when it ends, and a run killed during it starts it again.
+statistics so far), so a run killed during its warm-up resumes there too. Fisher NUTS and
+Fisher HMC, whose warm-up makes choices on the host between its compiled stages, save after
+each of its parts (:meth:`fisher_mala.whitened_warmup.FisherHMCWarmup.segmented_run`: the
+Fisher phase's segments, the host's choices so far, the step-size phase's parts).
 """
 
 import hashlib
@@ -94,6 +95,9 @@ class RunCheckpoint:
                 "`checkpoint` path to start a new run."
             )
         stage = meta.get("stage", "sampling")
+        if stage == "staged_warmup":  # Fisher NUTS / HMC: the warm-up's own tree and meta
+            return {"tree": tree, "meta": meta["warmup"], "timings": meta["timings"],
+                    "stage": "warmup"}  # fmt: skip
         return {**tree, "timings": meta["timings"], "done": int(meta["done"]), "stage": stage}
 
     def save(self, states, parameters, info, done: int, draws, timings) -> None:
@@ -112,5 +116,16 @@ class RunCheckpoint:
             "done": int(done),
             "timings": list(timings),
             "stage": "warmup",
+        }
+        save_tree(self.path, tree, meta)
+
+    def save_staged(self, tree, warmup_meta: dict, timings) -> None:
+        """The run inside a Fisher NUTS / HMC warm-up: the parts' tree and where they
+        are (:meth:`fisher_mala.whitened_warmup.FisherHMCWarmup.segmented_run`)."""
+        meta = {
+            "identity": self.identity,
+            "timings": list(timings),
+            "stage": "staged_warmup",
+            "warmup": warmup_meta,
         }
         save_tree(self.path, tree, meta)

@@ -673,9 +673,11 @@ class _Run:
         with sqrt_precond_sharding(self.mesh):  # R's rows over a "precond" axis, if any
             saved = self.checkpoint.load() if self.checkpoint is not None else None
             done, after = 0, None
-            in_parts = self.checkpoint is not None and not getattr(warmup, "staged", False)
+            segmented = hasattr(warmup, "segmented_run")  # Fisher NUTS / HMC
             if saved is None or saved["stage"] == "warmup":
-                if in_parts:
+                if self.checkpoint is not None and segmented:
+                    out = _warm_up_segmented(self, keys, positions, data, saved)
+                elif self.checkpoint is not None:
                     out = _warm_up_in_parts(self, keys, positions, data, saved)
                 else:
                     out = self.warm_up(keys, positions, data)
@@ -786,6 +788,55 @@ def _warm_up_in_parts(run: "_Run", keys, positions, data, saved):
     evals = start.num_grad_evals + sum(p.num_steps * p.grads_per_step for p in parts)
     info = WarmupInfo(*rates, start.step_size, evals, trace)
     return ((states, parameters), info), seconds["compile"], seconds["run"]
+
+
+def _warm_up_segmented(run: "_Run", keys, positions, data, saved):
+    """A Fisher NUTS / HMC warm-up in parts of at most ``checkpoint_every`` iterations
+    (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.segmented_run`), the run saved
+    after each; resumed from ``saved`` (a warm-up checkpoint) when given. Returns what
+    :meth:`_Run.warm_up` does."""
+    warmup = run.warmup(data)
+    batched = getattr(warmup, "batched", False)
+    compiled, seconds = {}, {"compile": 0.0, "run": 0.0}
+
+    def runner(method, extra):
+        def call(key, argument, shared):
+            data, offset = shared
+            key = jax.random.fold_in(key, 0)
+            return getattr(run.warmup(data), method)(
+                key, argument, run.num_warmup, run.bars[0], offset, *extra
+            )
+
+        if batched:
+            return lambda keys, argument, shared: call(keys[0], argument, shared)
+        return lambda keys, argument, shared: run.map_chains(call, keys, argument, data=shared)
+
+    def call(method, argument, offset, *extra):
+        shared = (data, jnp.asarray(offset, jnp.int32))
+        shapes = tuple((np.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(argument))
+        signature = (method, extra, jax.tree.structure(argument), shapes)
+        if signature not in compiled:
+            compiled[signature], c = _compile(runner(method, extra), keys, argument, shared)
+            seconds["compile"] += c
+        out, r = _run(compiled[signature], keys, argument, shared)
+        seconds["run"] += r
+        return out
+
+    def on_host(fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        seconds["run"] += time.perf_counter() - start
+        return out
+
+    def save(tree, meta):
+        run.checkpoint.save_staged(tree, meta, (seconds["compile"], seconds["run"]))
+
+    if saved is not None:
+        seconds["compile"], seconds["run"] = saved["timings"][:2]
+        saved = (jax.tree.map(jnp.asarray, saved["tree"]), saved["meta"])
+    every = run.checkpoint.every
+    out = warmup.segmented_run(call, positions, run.num_warmup, every, saved, save, on_host)
+    return out, seconds["compile"], seconds["run"]
 
 
 def _nonfinite_proposals(failed):

@@ -55,6 +55,7 @@ from fisher_mala.whitened_hmc import (
     inverse_mass_matrix,
     require_blackjax,
 )
+from fisher_mala.whitened_warmup_parts import WarmupInParts
 
 __all__ = [
     "FISHER_NUTS_DAMPING",
@@ -79,7 +80,7 @@ FISHER_NUTS_DAMPING = 0.1
 METRICS = ("auto", "dense", "diagonal")
 
 
-class FisherHMCWarmup:
+class FisherHMCWarmup(WarmupInParts):
     """Fisher phase, then dual averaging of the leapfrog step (module docstring).
 
     Parameters
@@ -306,11 +307,13 @@ class FisherHMCWarmup:
 
     def _rule_can_stop(self, state) -> bool:
         """Whether the stopping rule is on and a block has the ``4 d`` signals it needs."""
+        signals = np.shape(state.whitened_grad)[0] if self.pooled else 1
+        return self._rule_can_stop_at(np.shape(state.whitened_grad)[-1], signals)
+
+    def _rule_can_stop_at(self, dim: int, signals_per_iteration: int) -> bool:
         if not self.rule_applies:
             return False
-        dim = np.shape(state.whitened_grad)[-1]
-        per_block = self.fisher.block * (np.shape(state.whitened_grad)[0] if self.pooled else 1)
-        return dim <= AUTO_MAX_DIM and 4 * dim <= per_block
+        return dim <= AUTO_MAX_DIM and 4 * dim <= self.fisher.block * signals_per_iteration
 
     def learned(self, previous, state) -> bool:
         """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``) of

@@ -250,6 +250,68 @@ def test_a_run_killed_inside_its_warmup_resumes_there(tmp_path, monkeypatch, sam
     np.testing.assert_array_equal(resumed.parameters.step_size, whole.parameters.step_size)
 
 
+def _correlated_ld(x):
+    scale = jnp.array([[1.0, 0.0, 0.0], [0.9, 0.5, 0.0], [0.3, -0.4, 0.7]])
+    z = jax.scipy.linalg.solve_triangular(scale, x, lower=True)
+    return -0.5 * jnp.sum(z**2)
+
+
+@pytest.mark.parametrize(
+    "sampler, target, options, crash_at",
+    [("fisher_nuts", _correlated_ld, {}, "fisher"),  # dense R, stopping rule, metric="auto"
+     ("fisher_nuts", _ld, {}, "tuning"),  # metric="auto" chooses the diagonal R
+     ("fisher_hmc", _correlated_ld, {"metric": "dense", "stopping_rule": False}, "tuning"),
+     ("fisher_nuts", _correlated_ld, {"rank": 2}, "fisher"),
+     ("fisher_nuts", _correlated_ld, {"pooled": True}, "fisher")],
+)  # fmt: skip
+def test_a_fisher_nuts_run_killed_inside_its_warmup_resumes_there(
+    tmp_path, monkeypatch, sampler, target, options, crash_at
+):
+    """Fisher NUTS / HMC: the warm-up's parts (Fisher phase, host looks, step-size phase)
+    are saved; a run resumed from any of them equals the uninterrupted one, bit for bit."""
+
+    def run(**kwargs):
+        return fm.sample(jax.random.key(5), sampler, target, jnp.zeros((2, 3)), num_warmup=1400,
+                         num_samples=100, diagnose=False, **options, **kwargs)  # fmt: skip
+
+    whole = run()
+    path = tmp_path / "run.npz"
+    original = fm.run_checkpoint.RunCheckpoint.save_staged
+    saved = []
+
+    def crash(self, tree, meta, timings):
+        original(self, tree, meta, timings)
+        saved.append(dict(meta))
+        if meta["stage"] == crash_at and len(saved) >= 3:
+            raise _Crash
+
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_staged", crash)
+    with pytest.raises(_Crash):
+        run(checkpoint=path, checkpoint_every=100)
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_staged", original)
+    resumed_at = []
+
+    def count(self, tree, meta, timings):
+        resumed_at.append(dict(meta))
+        original(self, tree, meta, timings)
+
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_staged", count)
+    resumed = run(checkpoint=path, checkpoint_every=100)
+    # the resumed run goes on from the last save: its first save is the part after it
+    assert (resumed_at[0]["stage"], resumed_at[0].get("done")) != ("fisher", 1)
+    if saved[-1]["stage"] == resumed_at[0]["stage"]:
+        assert resumed_at[0]["done"] > saved[-1]["done"]
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+    for field in ("acceptance_rate", "is_accepted", "num_grad_evals", "initial_step_size"):
+        np.testing.assert_array_equal(
+            getattr(resumed.warmup_info, field), getattr(whole.warmup_info, field), err_msg=field
+        )
+    np.testing.assert_array_equal(resumed.parameters.step_size, whole.parameters.step_size)
+    for a, b in zip(jax.tree.leaves(resumed.parameters.sqrt_precond),
+                    jax.tree.leaves(whole.parameters.sqrt_precond), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)
+
+
 def test_segments_of_a_warmup_cover_it_in_order_and_respect_its_blocks():
     from fisher_mala.schedule import Phase, Schedule, segments
 
