@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
+from scipy.special import logsumexp
 
 import fisher_mala as fm
 from fisher_mala.targets import posteriordb
@@ -36,12 +37,79 @@ def _scipy_logdensity(name, theta):
         return (stats.norm.logpdf(alpha, data["pmualpha"], data["psalpha"])
                 + stats.norm.logpdf(beta, data["pmubeta"], data["psbeta"])
                 + stats.norm.logpdf(data["y"], alpha + beta * data["x"], sigma).sum() + theta[2])
+    if name in _MORE:
+        return _MORE[name](data, theta)
     y, k = data["y"], int(data["K"])
     alpha, beta, sigma = theta[0], theta[1:6], np.exp(theta[6])
     mu = [alpha + sum(beta[i] * y[t - i - 1] for i in range(k)) for t in range(k, len(y))]
     return (stats.norm.logpdf(alpha, 0, 10) + stats.norm.logpdf(beta, 0, 10).sum()
             + stats.cauchy.logpdf(sigma, 0, 2.5) + stats.norm.logpdf(y[k:], mu, sigma).sum()
             + theta[6])
+
+
+def _scipy_regression(y, columns, theta, beta_prior=None, sigma_prior=None):
+    """``y ~ normal(X beta, sigma)`` with ``theta = (beta, log sigma)``, flat priors unless
+    given (scipy distributions on beta and on sigma, halved)."""
+    design = np.stack(columns, -1).astype(np.float64)
+    beta, sigma = theta[:-1], np.exp(theta[-1])
+    out = stats.norm.logpdf(y, design @ beta, sigma).sum() + theta[-1]
+    if beta_prior is not None:
+        out += beta_prior.logpdf(beta).sum()
+    if sigma_prior is not None:
+        out += sigma_prior.logpdf(sigma)
+    return out
+
+
+def _scipy_hmm(data, theta):
+    p = 1 / (1 + np.exp(-theta[:2]))
+    transition = np.array([[p[0], 1 - p[0]], [p[1], 1 - p[1]]])
+    phi = np.array([np.exp(theta[2]), np.exp(theta[2]) + np.exp(theta[3])])
+    lam = np.array([np.exp(theta[4]), np.exp(theta[4]) + np.exp(theta[5])])
+    prior = sum(stats.dirichlet.logpdf(transition[k], data["alpha"][k]) for k in range(2))
+    prior += stats.norm.logpdf(phi, [0, 3], 1).sum() + stats.norm.logpdf(lam, [0, 3], 1).sum()
+    emit = (stats.expon.logpdf(data["u"][:, None], scale=1 / phi)
+            + stats.expon.logpdf(data["v"][:, None], scale=1 / lam))
+    gamma = emit[0]
+    for t in range(1, len(emit)):
+        gamma = np.array([logsumexp(gamma + np.log(transition[:, k])) + emit[t, k]
+                          for k in range(2)])
+    jacobian = np.sum(np.log(p) + np.log1p(-p)) + theta[2:].sum()
+    return logsumexp(gamma) + prior + jacobian
+
+
+def _scipy_gp(data, theta):
+    rho, alpha, sigma = np.exp(theta)
+    x = data["x"]
+    cov = alpha**2 * np.exp(-((x[:, None] - x[None]) ** 2) / (2 * rho**2)) + sigma * np.eye(len(x))
+    return (stats.multivariate_normal.logpdf(data["y"], np.zeros(len(x)), cov)
+            + stats.gamma.logpdf(rho, 25, scale=1 / 4) + stats.halfnorm.logpdf(alpha, 0, 2)
+            + stats.halfnorm.logpdf(sigma, 0, 1) + theta.sum())
+
+
+def _ones(d):
+    return np.ones(len(d["y"] if "y" in d else d["earn"]))
+
+
+_MORE = {  # the Stan models of fisher_mala.targets.posteriordb_more, with scipy
+    "kidiq_interaction": lambda d, t: _scipy_regression(
+        d["kid_score"], [np.ones(len(d["mom_hs"])), d["mom_hs"], d["mom_iq"],
+                         d["mom_hs"] * d["mom_iq"]], t, sigma_prior=stats.halfcauchy(0, 2.5)),
+    "earn_height": lambda d, t: _scipy_regression(d["earn"], [_ones(d), d["height"]], t),
+    "logearn_logheight_male": lambda d, t: _scipy_regression(
+        np.log(d["earn"]), [_ones(d), np.log(d["height"]), d["male"]], t),
+    "mesquite": lambda d, t: _scipy_regression(
+        d["weight"], [np.ones(len(d["weight"])), d["diam1"], d["diam2"], d["canopy_height"],
+                      d["total_height"], d["density"], d["group"]], t),
+    "nes1996": lambda d, t: _scipy_regression(
+        d["partyid7"], [np.ones(len(d["partyid7"])), d["real_ideo"], d["race_adj"],
+                        d["age_discrete"] == 2, d["age_discrete"] == 3, d["age_discrete"] == 4,
+                        d["educ1"], d["gender"], d["income"]], t),
+    "sblri": lambda d, t: _scipy_regression(
+        d["y"], list(d["X"].T), t, beta_prior=stats.norm(0, 10),
+        sigma_prior=stats.halfnorm(0, 10)),
+    "gp_regr": _scipy_gp,
+    "hmm_drive_0": _scipy_hmm,
+}
 
 
 @pytest.mark.parametrize("name", list(posteriordb.POSTERIORS))
