@@ -29,6 +29,7 @@ number of Fisher iterations until it settles, which the stopping rule detects (t
 NUTS page of the documentation has the measurements).
 """
 
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -40,6 +41,8 @@ from fisher_mala.adaptations.dual_averaging import dual_averaging
 from fisher_mala.adaptations.stopping_rule import (
     AUTO_MAX_DIM,
     PROBE_SIGNALS_PER_DIM,
+    chains_behind,
+    chains_settled,
     diagonal_suffices,
     stopping_rule,
 )
@@ -63,6 +66,7 @@ __all__ = [
     "FisherHMCWarmup",
     "FisherParameters",
     "fisher_adaptation",
+    "regroup_chains",
     "STEP_SIZE_FRACTION",
 ]
 
@@ -113,6 +117,12 @@ class FisherHMCWarmup(WarmupInParts):
         sampling noise of none (:meth:`choose`), else the dense ``R``; all chains get the
         same choice. ``"dense"`` or
         ``"diagonal"`` force the choice.
+    regroup
+        ``True`` (default): at the end of the Fisher phase of ``fm.sample``, a chain far
+        below the others in log density (in a minor mode that MALA's local moves do not
+        leave, or still on its way) restarts from another chain's state and ``R``, with a
+        warning (:meth:`regroup`). ``False``: every chain goes on from where it is (to let
+        R-hat see a chain left in a minor mode).
     score_prior_weight
         ``None``: ``R`` is frozen after the Fisher phase. A number ``n0 > 0``: in the
         second half of the step-size phase ``R`` keeps learning from the scores at NUTS's
@@ -140,6 +150,7 @@ class FisherHMCWarmup(WarmupInParts):
         score_prior_weight: float | None = None,
         metric: str = "auto",
         stopping_rule: bool = True,
+        regroup: bool = True,
         **fisher_options,
     ):
         require_blackjax()
@@ -183,6 +194,7 @@ class FisherHMCWarmup(WarmupInParts):
         self.score_prior_weight = score_prior_weight
         self.metric = metric
         self.stopping_rule = bool(stopping_rule)
+        self.regroup_chains = bool(regroup)
         self.fisher_options = fisher_options
         self.target_acceptance = float(hmc_target_acceptance_rate)
         self.tuning = LeapfrogTuning(
@@ -219,14 +231,18 @@ class FisherHMCWarmup(WarmupInParts):
         tune = min(int(tune), num_steps)
         return num_steps - tune, tune
 
-    def tuning_steps(self, num_steps: int, num_fisher_done: int) -> int:
+    def tuning_steps(self, num_steps: int, num_fisher_done: int, settled: bool = True) -> int:
         """Step-size iterations after a Fisher phase of ``num_fisher_done`` iterations.
 
         The planned share of the warm-up (:meth:`split`), shrunk in proportion when the
-        Fisher phase ended early (``num_step_size_steps``, when given, is kept).
+        Fisher phase ended early (``num_step_size_steps``, when given, is kept). Not shrunk
+        when the chains have not ``settled`` (:meth:`settled`): a chain far below the others
+        at the end of the Fisher phase is in a minor mode that MALA's local moves do not
+        leave, or still on its way; NUTS's moves take it to the others, and the step size
+        is then tuned where it samples.
         """
         num_fisher, num_tune = self.split(num_steps)
-        if self.num_step_size_steps is not None or num_fisher_done >= num_fisher:
+        if self.num_step_size_steps is not None or num_fisher_done >= num_fisher or not settled:
             return num_tune
         return round(num_tune * num_fisher_done / num_fisher)
 
@@ -284,26 +300,43 @@ class FisherHMCWarmup(WarmupInParts):
         metric ends the Fisher phase there: it needs only the learned scales, which many
         fewer signals than the dense ``R`` give. Otherwise the Fisher phase goes on one
         block at a time until the stopping rule (:meth:`learned`) or its full length, then
-        the metric again, and the step-size phase.
+        the metric again, and the step-size phase, in full when a chain is not yet in the
+        typical set of the others (:meth:`tuning_steps`).
         """
         on_host = on_host or (lambda fn, *args: fn(*args))
         out = call("fisher_stage", positions)
         metric = on_host(self.choose, out[0][0])
-        if metric == "diagonal" and self.metric == "auto":
-            return call("tuning_stage", out, metric)
-        num_fisher, _ = self.split(num_steps)
-        looks = self._rule_can_stop(out[0][0])
-        while not self.fisher_complete(out, num_steps):
-            num_more = num_fisher - out[1].acceptance_rate.shape[-1]
-            if looks:  # one block at a time, each looked at
-                num_more = min(self.fisher.block, num_more)
-            carry, more = call("fisher_resume", out[0], num_more)
-            learned = looks and on_host(self.learned, out[0][0], carry[0])
-            out = (carry, extend_info(out[1], more))
-            if learned:
-                break
-        metric = on_host(self.choose, out[0][0])
-        return call("tuning_stage", out, metric)
+        if not (metric == "diagonal" and self.metric == "auto"):
+            num_fisher, _ = self.split(num_steps)
+            looks = self._rule_can_stop(out[0][0])
+            while not self.fisher_complete(out, num_steps):
+                num_more = num_fisher - out[1].acceptance_rate.shape[-1]
+                if looks:  # one block at a time, each looked at
+                    num_more = min(self.fisher.block, num_more)
+                carry, more = call("fisher_resume", out[0], num_more)
+                learned = looks and on_host(self.learned, out[0][0], carry[0])
+                out = (carry, extend_info(out[1], more))
+                if learned:
+                    break
+            metric = on_host(self.choose, out[0][0])
+        out = on_host(self.regroup, out)
+        settled = on_host(self.settled, out[0][0])
+        return call("tuning_stage", out, metric, settled)
+
+    def regroup(self, fisher_out):
+        """The Fisher phase's outcome with the chains left behind restarted from others'
+        states (:func:`regroup_chains`); unchanged with ``regroup=False`` or pooled."""
+        if not self.regroup_chains or self.pooled:
+            return fisher_out
+        return regroup_chains(fisher_out)
+
+    def settled(self, state) -> bool:
+        """Whether every chain of ``state`` (all chains' Fisher states) is in the typical
+        set of the best one (:func:`~fisher_mala.adaptations.stopping_rule.chains_settled`).
+        One chain, or under ``jit`` (nothing to look at): ``True``."""
+        if not validation.is_concrete(state.logdensity):
+            return True
+        return chains_settled(state.logdensity, np.shape(state.whitened_grad)[-1])
 
     def _rule_can_stop(self, state) -> bool:
         """Whether the stopping rule is on and a block has the ``4 d`` signals it needs."""
@@ -351,13 +384,16 @@ class FisherHMCWarmup(WarmupInParts):
             num_signals = num_signals * np.shape(fisher_state.whitened_grad)[0]
         return "diagonal" if diagonal_suffices(r, num_signals) else "dense"
 
-    def tuning_stage(self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense"):
+    def tuning_stage(
+        self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense", settled=True
+    ):
         """The step-size phase after the Fisher phase, with ``metric``, of one chain or
-        (pooled) of every chain (:func:`fisher_mala.leapfrog_tuning.tuning_stage`)."""
+        (pooled) of every chain (:func:`fisher_mala.leapfrog_tuning.tuning_stage`);
+        ``settled``: see :meth:`tuning_steps`."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
         _, key_tune = jax.random.split(rng_key)
         num_fisher = fisher_out[1].acceptance_rate.shape[-1]
-        num_tune = self.tuning_steps(num_steps, num_fisher)
+        num_tune = self.tuning_steps(num_steps, num_fisher, settled)
         return tuning_stage(
             self.tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled
         )
@@ -376,6 +412,41 @@ class FisherHMCWarmup(WarmupInParts):
             return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
 
         return self.staged_run(call, positions, num_steps)
+
+
+def regroup_chains(fisher_out):
+    """The Fisher phase's outcome (every chain's) with every chain that is behind the
+    others (:func:`~fisher_mala.adaptations.stopping_rule.chains_behind`: in a minor mode
+    that MALA's local moves do not leave, or still on its way) restarted from the state and
+    ``R`` of a chain that is not, with a :class:`~fisher_mala.checks.SamplingWarning`
+    naming them. The warm-up's draws are not the run's, so this changes no stationary
+    distribution; the sampling phase's chains are independent again after the step-size
+    phase. One chain or under ``jit``: unchanged."""
+    (state, params), info = fisher_out
+    logdensity = state.logdensity
+    if np.ndim(logdensity) != 1 or not validation.is_concrete(logdensity):
+        return fisher_out
+    behind = chains_behind(logdensity, np.shape(state.whitened_grad)[-1])
+    if behind.size == 0 or behind.size == np.size(logdensity):
+        return fisher_out
+    values = np.asarray(logdensity, np.float64)
+    donors = [c for c in np.argsort(-values) if c not in set(behind)]
+    index = np.arange(values.size)
+    index[behind] = [donors[k % len(donors)] for k in range(behind.size)]
+    from fisher_mala.checks import SamplingWarning
+
+    warnings.warn(
+        SamplingWarning(
+            f"At the end of the Fisher phase chain(s) {behind.tolist()} were far below the "
+            f"others in log density ({np.round(values[behind], 1).tolist()} against "
+            f"{values.max():.1f}): a minor mode or a slow start. They restart the "
+            f"step-size phase from chain(s) {index[behind].tolist()}'s state and R; if "
+            "the target has separate modes of real mass, sample them with separate runs."
+        ),
+        stacklevel=3,
+    )
+    state, params = jax.tree.map(lambda a: a[index], (state, params))
+    return (state, params), info
 
 
 class FisherParameters(dict):

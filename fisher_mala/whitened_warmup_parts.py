@@ -58,15 +58,15 @@ class WarmupInParts:
         _, key_tune = jax.random.split(rng_key)
         return leapfrog_tuning.tuning_advance(self.tuning, key_tune, carry, num, offset, progress)
 
-    def tuning_whole(self, rng_key, fisher_out, num_steps, progress, offset, metric):
+    def tuning_whole(self, rng_key, fisher_out, num_steps, progress, offset, metric, settled):
         """:meth:`tuning_stage` in the argument order of the other parts."""
-        return self.tuning_stage(rng_key, fisher_out, num_steps, progress, metric)
+        return self.tuning_stage(rng_key, fisher_out, num_steps, progress, metric, settled)
 
     def tuning_finish(self, rng_key, argument, num_steps, progress=None, offset=None):
         """What :meth:`tuning_stage` returns, from ``argument = (Fisher info, carry, the
         step-size phase's info)``."""
         finfo, carry, info = argument
-        num_tune = self.tuning_steps(num_steps, finfo.acceptance_rate.shape[-1])
+        num_tune = info[0].shape[-1]  # the step-size iterations run
         return leapfrog_tuning.tuning_finish(self.tuning, finfo, carry, info, num_tune)
 
     def segmented_run(self, call, positions, num_steps: int, every, saved=None, save=None,
@@ -94,7 +94,7 @@ class WarmupInParts:
         first = self.first_fisher_iterations(num_fisher, dim, signals)
         looks = self.staged and self._rule_can_stop_at(dim, signals)
         points = {first, num_fisher}
-        if looks:
+        if looks:  # the blocks where the stopping rule looks
             points.update(range(first + self.fisher.block, num_fisher, self.fisher.block))
         parts = _cut(self.fisher.segments(num_fisher, positions, every or num_fisher), points)
         tree, meta = saved if saved is not None else ({}, {"stage": "fisher", "done": 0})
@@ -143,12 +143,14 @@ class WarmupInParts:
         metric = meta["metric"]
         if not (meta["stopped"] and metric == "diagonal" and self.metric == "auto"):
             metric = on_host(self.choose, fisher_state)
+        (fisher_state, params), info = on_host(self.regroup, ((fisher_state, params), info))
+        settled = bool(on_host(self.settled, fisher_state))
         if self.score_prior_weight is not None or self.pooled:  # in one part (docstring)
-            out = call("tuning_whole", ((fisher_state, params), info), 0, metric)
+            out = call("tuning_whole", ((fisher_state, params), info), 0, metric, settled)
             return {"out": out}, {"stage": "done"}
         carry = call("tuning_start", fisher_state, 0, metric)
         tree = {"finfo": info, "carry": carry, "info": None}
-        return tree, {"stage": "tuning", "done": 0, "metric": metric}
+        return tree, {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
 
     def _tune_in_parts(self, call, num_steps, every, tree, meta, save):
         """The step-size phase from ``tree`` (:meth:`_to_tuning`) in parts of ``every``."""
@@ -156,7 +158,7 @@ class WarmupInParts:
             return tree["out"]
         finfo = tree["finfo"]
         num_fisher = finfo.acceptance_rate.shape[-1]
-        num_tune = self.tuning_steps(num_steps, num_fisher)
+        num_tune = self.tuning_steps(num_steps, num_fisher, meta["settled"])
         while meta["done"] < num_tune:
             num = min(every or num_tune, num_tune - meta["done"])
             tree["carry"], more = call(

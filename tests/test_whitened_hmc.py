@@ -464,3 +464,41 @@ def test_whiten_runs_any_blackjax_kernel_in_whitened_coordinates(x64):
     )
     x = np.asarray(jax.vmap(white.to_position)(states.position))
     np.testing.assert_allclose(np.cov(x[2000:].T), cov, atol=0.25)
+
+
+def test_chains_behind_are_those_far_below_the_best_in_log_density():
+    from fisher_mala.adaptations.stopping_rule import chains_behind, chains_settled
+
+    margin = 8.0 * np.sqrt(4 / 2.0) + 10.0  # SETTLED_SPREAD_SDS * sqrt(d / 2) + SETTLED_SLACK
+    values = np.array([-10.0, -10.0 - margin + 0.1, -10.0 - margin - 0.1, np.nan])
+    np.testing.assert_array_equal(chains_behind(values, 4), [2, 3])
+    assert chains_settled(values[:2], 4) and not chains_settled(values, 4)
+    assert chains_settled(np.array([-5.0]), 4)  # one chain
+
+
+def _minor_mode_logdensity(x):
+    # N(0, I) and, 40 nats lighter, a narrow mode at (20, 0) behind a barrier MALA never
+    # crosses
+    main = -0.5 * jnp.sum(x**2)
+    minor = -40.0 - 0.5 * jnp.sum((x - jnp.array([20.0, 0.0])) ** 2) / 0.01 - 2 * jnp.log(0.1)
+    return jnp.logaddexp(main, minor)
+
+
+def test_a_chain_left_in_a_minor_mode_is_regrouped_with_a_warning(tmp_path):
+    """A chain that ends the Fisher phase in a far minor mode (where MALA's local moves
+    keep it) restarts the step-size phase from another chain's state, with a warning; the
+    checkpointed run takes the same steps, bit for bit."""
+    x0 = jnp.array([[0.5, 0.0], [-0.5, 0.3], [0.0, -0.4], [20.0, 0.0]])
+
+    def run(**kwargs):
+        return fm.sample(jax.random.key(3), "fisher_nuts", _minor_mode_logdensity, x0,
+                         num_warmup=1500, num_samples=1000, diagnose=False, **kwargs)  # fmt: skip
+
+    with pytest.warns(fm.SamplingWarning, match=r"chain\(s\) \[3\] were far below"):
+        result = run()
+    draws = np.asarray(result.samples)
+    assert np.all(np.abs(draws[3].mean(0)) < 0.5)  # in the main mode, N(0, I)
+    assert np.all(np.abs(draws[..., 0]) < 8.0)  # no chain left in the minor mode
+    with pytest.warns(fm.SamplingWarning, match="far below"):
+        again = run(checkpoint=tmp_path / "run.npz", checkpoint_every=500)
+    np.testing.assert_array_equal(np.asarray(again.samples), draws)

@@ -26,6 +26,9 @@ from fisher_mala import validation
 from fisher_mala.adaptations.base import Adaptation
 
 __all__ = [
+    "chains_behind",
+    "chains_settled",
+    "SETTLED_SPREAD_SDS",
     "AUTO_MAX_DIM",
     "DIAGONAL_NOISE_FACTOR",
     "LEARNED_NOISE_FACTOR",
@@ -60,6 +63,35 @@ PROBE_SIGNALS_PER_DIM = 16
 #: noise's. Measured on the race's targets (``python -m benchmarks.stopping_rule``): 0.9
 #: to 1.7 once ``R`` has settled, 2.3 to ``10^7`` before.
 LEARNED_NOISE_FACTOR = 2.0
+
+
+#: A chain is behind the others at the end of the Fisher phase when its log density is
+#: more than this many of the stationary standard deviations of ``log pi`` (``sqrt(d / 2)``
+#: on a Gaussian, where ``-log pi`` is ``chi^2_d / 2`` up to a constant), plus
+#: :data:`SETTLED_SLACK` nats, below the highest chain's (:func:`chains_behind`). At
+#: stationarity four Gaussian chains are never that far apart (the range of four draws
+#: exceeds 4 standard deviations about once in 300 looks, 8 essentially never); a chain in
+#: a minor mode that MALA's local moves do not leave, or still on its way, is tens of nats
+#: below. Heavy tails and funnels spread ``log pi`` wider, hence the generous margin.
+SETTLED_SPREAD_SDS = 8.0
+#: Nats added to the margin of :data:`SETTLED_SPREAD_SDS` (small ``d``).
+SETTLED_SLACK = 10.0
+
+
+def chains_behind(logdensities, dim: int) -> np.ndarray:
+    """Indices of the chains whose log density is more than ``SETTLED_SPREAD_SDS *
+    sqrt(d / 2) + SETTLED_SLACK`` below the highest chain's, or not finite."""
+    values = np.ravel(np.asarray(logdensities, np.float64))
+    if values.size < 2:
+        return np.zeros(0, int)
+    best = np.max(values[np.isfinite(values)], initial=-np.inf)
+    margin = SETTLED_SPREAD_SDS * np.sqrt(dim / 2.0) + SETTLED_SLACK
+    return np.nonzero(~(values >= best - margin))[0]
+
+
+def chains_settled(logdensities, dim: int) -> bool:
+    """Whether no chain is behind the others (:func:`chains_behind`)."""
+    return chains_behind(logdensities, dim).size == 0
 
 
 def noise_condition_number(dim: int, num_signals) -> np.ndarray:

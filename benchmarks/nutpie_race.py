@@ -1,0 +1,185 @@
+"""Fisher NUTS against nutpie's low-rank metric at matched lengths, per gradient.
+
+    python -m benchmarks.nutpie_race                  # every cell, cached
+    python -m benchmarks.nutpie_race --render         # the table only
+    python -m benchmarks.nutpie_race --inspect NAME   # one Fisher NUTS run of NAME, looked into
+
+The protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``: its cells, its
+starts, float64 everywhere as nutpie computes), at matched lengths: 4 chains of 2000
+draws each, after each sampler's default warm-up (Fisher NUTS: ``fm.sample``'s
+``num_warmup``, an upper bound that the stopping rule ends early; nutpie: 1000 tuning
+steps). Score: min bulk ESS (ArviZ,
+rank-normalized, multi-chain) over every coordinate per gradient evaluation, warm-up
+included; also per second (warm-up plus sampling, compilation apart). Every cell is
+checked against the posteriordb reference draws (max |z| of the means).
+
+Targets: the race's posteriordb posteriors (:mod:`fisher_mala.targets.posteriordb`) and the
+eight added for this race (:mod:`fisher_mala.targets.posteriordb_more`). The nine
+posteriors of :data:`HELD_OUT` are kept aside, bundled nowhere and tuned on by nobody, to
+check the defaults on afterwards.
+
+Cells cached in ``benchmarks/results/nutpie_race/<target>/<sampler>.json``; the table in
+``benchmarks/results/nutpie_race.md``.
+"""
+
+import argparse
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from benchmarks import cells
+
+RESULTS = Path(__file__).resolve().parent / "results" / "nutpie_race"
+TABLE = RESULTS.parent / "nutpie_race.md"
+TARGETS = ("kilpisjarvi", "arK", "eight_schools_noncentered", "eight_schools_centered",
+           "diamonds", "kidiq_interaction", "earn_height", "logearn_logheight_male",
+           "mesquite", "nes1996", "sblri", "gp_regr", "hmm_drive_0")  # fmt: skip
+SAMPLERS = ("fisher_nuts", "nutpie_low_rank")
+#: posteriordb posteriors kept aside to check the defaults on (never bundled or tuned on).
+HELD_OUT = ("mesquite-logmesquite_logvash", "earnings-logearn_interaction", "nes1972-nes",
+            "sblrc-blr", "garch-garch11", "arma-arma11", "gp_pois_regr-gp_pois_regr",
+            "low_dim_gauss_mix-low_dim_gauss_mix", "hmm_example-hmm_example")  # fmt: skip
+CHAINS, SAMPLES = 4, 2000
+#: Warm-up iterations: Fisher NUTS's default (``fm.sample``), nutpie's default.
+FISHER_WARMUP, NUTPIE_WARMUP = 20_000, 1000
+
+
+def _args(root: Path) -> SimpleNamespace:
+    """The arguments ``versus_blackjax.run_cell`` reads, at this race's lengths."""
+    return SimpleNamespace(
+        chains=CHAINS, samples=SAMPLES, fisher_warmup=FISHER_WARMUP, nuts_warmup=NUTPIE_WARMUP,
+        float64=True, metric="auto", stopping_rule="on", root=root,
+    )  # fmt: skip
+
+
+def run(targets, samplers, root: Path = RESULTS) -> None:
+    from benchmarks import versus_blackjax
+
+    for target in targets:
+        for sampler in samplers:
+            versus_blackjax.run_cell(target, sampler, _args(root), root=root)
+
+
+def rows(root: Path = RESULTS) -> list[dict]:
+    """One row per target with both cells: the per-gradient and per-second ratios."""
+    out = []
+    for target in TARGETS:
+        fisher = cells.load(root / target / "fisher_nuts.json")
+        nutpie = cells.load(root / target / "nutpie_low_rank.json")
+        if fisher is None or nutpie is None:
+            continue
+        out.append({
+            "target": target,
+            "dim": fisher["dim"],
+            "fisher_per_grad": fisher["bulk_min_per_grad"],
+            "nutpie_per_grad": nutpie["bulk_min_per_grad"],
+            "per_grad": fisher["bulk_min_per_grad"] / nutpie["bulk_min_per_grad"],
+            "per_second": fisher["bulk_min_per_second"] / nutpie["bulk_min_per_second"],
+            "fisher_grads": fisher["grad_evals"],
+            "nutpie_grads": nutpie["grad_evals"],
+            "max_abs_z": max(fisher.get("reference_max_abs_z", np.nan),
+                             nutpie.get("reference_max_abs_z", np.nan)),
+        })  # fmt: skip
+    return out
+
+
+def render(root: Path = RESULTS) -> str:
+    table = rows(root)
+    lines = [
+        "| target | d | Fisher NUTS ESS/grad | nutpie low-rank ESS/grad | ratio per gradient "
+        "| ratio per second | gradients (Fisher / nutpie) | max abs z |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        lines.append(
+            f"| `{r['target']}` | {r['dim']} | {r['fisher_per_grad']:.2e} | "
+            f"{r['nutpie_per_grad']:.2e} | {r['per_grad']:.2f} | {r['per_second']:.2f} | "
+            f"{r['fisher_grads']} / {r['nutpie_grads']} | {r['max_abs_z']:.2f} |"
+        )
+    if table:
+        geo = np.exp(np.mean(np.log([r["per_grad"] for r in table])))
+        worst = min(table, key=lambda r: r["per_grad"])
+        lines.append("")
+        rest = [r["per_grad"] for r in table if r is not worst]
+        lines.append(
+            f"Geometric mean of the per-gradient ratio over {len(table)} targets: "
+            f"**{geo:.2f}** ({np.exp(np.mean(np.log(rest))):.2f} without the lowest, "
+            f"{worst['per_grad']:.2f} on `{worst['target']}`); ratio per second above 1 on "
+            f"{sum(r['per_second'] > 1 for r in table)} of {len(table)}."
+        )
+    return "\n".join(lines)
+
+
+def inspect(name: str, regroup: bool = True, damping=None) -> None:
+    """One Fisher NUTS run of the race on ``name``: its warnings (a chain regrouped at the
+    end of the Fisher phase names the log densities), warm-up length, divergences, and per
+    chain the eigenvalues of ``Sigma^(-1/2) A Sigma^(-1/2)`` times the squared step
+    (``A = R R^T`` learned, ``Sigma`` the draws' covariance; all near 1 when ``R``
+    whitens the posterior)."""
+    import warnings
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import fisher_mala as fm
+    from benchmarks.race_setup import race_start
+
+    target = fm.targets.get(name)
+    positions, key = race_start(target, CHAINS)
+    options = {"regroup": regroup, **({} if damping is None else {"damping": damping})}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fm.SamplingWarning)
+        r = fm.sample(key, "fisher_nuts", target.logdensity_fn, positions,
+                      num_warmup=FISHER_WARMUP, num_samples=SAMPLES, diagnose=False,
+                      **options)  # fmt: skip
+    for w in caught:
+        if "Fisher phase" in str(w.message):
+            print("warning:", w.message)
+    draws = np.asarray(r.samples)
+    ess = fm.ess(draws, method="bulk", per_chain=False).min()
+    print(f"min bulk ESS per gradient {ess / np.sum(r.num_grad_evals):.2e}",
+          "| warm-up iterations", r.warmup_info.acceptance_rate.shape[-1],
+          "| divergences", np.asarray(r.sample_stats["is_divergent"]).sum(-1))  # fmt: skip
+    sqrt = r.parameters.sqrt_precond
+    if isinstance(sqrt, fm.DiagonalSqrt):
+        sqrt = np.stack([np.diag(s) for s in np.asarray(sqrt.scale)])
+    chol = np.linalg.cholesky(np.cov(draws.reshape(-1, draws.shape[-1]).T))
+    for c, (rc, step) in enumerate(zip(np.asarray(sqrt), np.asarray(r.parameters.step_size),
+                                       strict=True)):  # fmt: skip
+        whitened = np.linalg.solve(chol, rc)
+        eig = np.linalg.eigvalsh(whitened @ whitened.T) * step**2
+        print(f"chain {c}: eigenvalues of Sigma^-1/2 A Sigma^-1/2 x step^2", np.round(eig, 4))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="all")
+    parser.add_argument("--samplers", default="all")
+    parser.add_argument("--render", action="store_true")
+    parser.add_argument("--inspect", metavar="NAME", help="look into one Fisher NUTS run")
+    parser.add_argument("--no-regroup", action="store_true", help="with --inspect: regroup=False")
+    parser.add_argument("--damping", type=float, help="with --inspect: the Fisher phase's damping")
+    parser.add_argument("--root", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.inspect:
+        inspect(args.inspect, regroup=not args.no_regroup, damping=args.damping)
+        return
+    if not args.render:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_force_host_platform_device_count" not in flags:
+            from benchmarks.versus_blackjax import CPU_DEVICES
+
+            count = f"--xla_force_host_platform_device_count={CPU_DEVICES}"
+            os.environ["XLA_FLAGS"] = f"{flags} {count}"
+        targets = TARGETS if args.targets == "all" else args.targets.split(",")
+        samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
+        run(targets, samplers, args.root)
+    text = render(args.root)
+    TABLE.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
