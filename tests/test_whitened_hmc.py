@@ -83,6 +83,7 @@ def _state(sqrt_precond, count):
         sqrt_precond=sqrt_precond,
         count=np.asarray(count),
         whitened_grad=np.zeros(sqrt_precond.shape[:-1]),
+        logdensity=np.zeros(sqrt_precond.shape[:-2]),  # one chain: never regrouped
     )
 
 
