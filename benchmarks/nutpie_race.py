@@ -46,20 +46,20 @@ CHAINS, SAMPLES = 4, 2000
 FISHER_WARMUP, NUTPIE_WARMUP = 20_000, 1000
 
 
-def _args(root: Path) -> SimpleNamespace:
+def _args(root: Path, seed: int = 0) -> SimpleNamespace:
     """The arguments ``versus_blackjax.run_cell`` reads, at this race's lengths."""
     return SimpleNamespace(
         chains=CHAINS, samples=SAMPLES, fisher_warmup=FISHER_WARMUP, nuts_warmup=NUTPIE_WARMUP,
-        float64=True, metric="auto", stopping_rule="on", root=root,
+        float64=True, metric="auto", stopping_rule="on", root=root, seed=seed,
     )  # fmt: skip
 
 
-def run(targets, samplers, root: Path = RESULTS) -> None:
+def run(targets, samplers, root: Path = RESULTS, seed: int = 0) -> None:
     from benchmarks import versus_blackjax
 
     for target in targets:
         for sampler in samplers:
-            versus_blackjax.run_cell(target, sampler, _args(root), root=root)
+            versus_blackjax.run_cell(target, sampler, _args(root, seed), root=root)
 
 
 def rows(root: Path = RESULTS) -> list[dict]:
@@ -162,6 +162,9 @@ def main(argv=None) -> None:
     parser.add_argument("--no-regroup", action="store_true", help="with --inspect: regroup=False")
     parser.add_argument("--damping", type=float, help="with --inspect: the Fisher phase's damping")
     parser.add_argument("--root", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="other starts and keys (with another --root)"
+    )
     args = parser.parse_args(argv)
     if args.inspect:
         inspect(args.inspect, regroup=not args.no_regroup, damping=args.damping)
@@ -175,9 +178,9 @@ def main(argv=None) -> None:
             os.environ["XLA_FLAGS"] = f"{flags} {count}"
         targets = TARGETS if args.targets == "all" else args.targets.split(",")
         samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
-        run(targets, samplers, args.root)
+        run(targets, samplers, args.root, args.seed)
     text = render(args.root)
-    TABLE.write_text(text + "\n")
+    (args.root.parent / f"{args.root.name}.md").write_text(text + "\n")  # TABLE for the default
     print(text)
 
 

@@ -27,8 +27,9 @@ TARGETS = (
 POSTERIORDB = ("diamonds", "eight_schools_noncentered", "kilpisjarvi", "arK")
 
 
-def race_start(target, chains):
-    """The race's initial positions (``chains`` of them) and the key every sampler runs with."""
-    key_init, key_run = jax.random.split(jax.random.key(0))
+def race_start(target, chains, seed: int = 0):
+    """The race's initial positions (``chains`` of them) and the key every sampler runs with
+    (``seed`` 0 for the race; others for repeats with other starts and keys)."""
+    key_init, key_run = jax.random.split(jax.random.key(seed))
     dtype = jax.numpy.float64 if jax.config.jax_enable_x64 else jax.numpy.float32
     return target.initial_positions(key_init, chains, dtype), key_run

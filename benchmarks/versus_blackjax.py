@@ -255,6 +255,8 @@ def run_cell(target_name, sampler, args, root=RESULTS):
     float64 = target_name in POSTERIORDB or getattr(args, "float64", False)
     if getattr(args, "float64", False):
         protocol["float64"] = True
+    if getattr(args, "seed", 0):
+        protocol["seed"] = args.seed
     if cells.is_done(path, protocol):
         print(f"  cached   {target_name:14s} {sampler}")
         return
@@ -264,7 +266,8 @@ def run_cell(target_name, sampler, args, root=RESULTS):
 
 def _run_and_record(target_name, sampler, args, protocol, path):
     target = fm.targets.get(target_name)
-    positions, key_run = race_start(target, args.chains)
+    seed = getattr(args, "seed", 0)
+    positions, key_run = race_start(target, args.chains, seed)
     extra_record = {}
     if sampler.startswith("fisher_mala"):
         r = fm.sample(
@@ -311,8 +314,9 @@ def _run_and_record(target_name, sampler, args, protocol, path):
         }
     elif sampler in NUTPIE:
         draws, grads, compile_s, warm_s, sample_s = _run_nutpie(
-            target, positions, 0, sampler.removeprefix("nutpie_"), args.nuts_warmup, args.samples
-        )
+            target, positions, seed, sampler.removeprefix("nutpie_"), args.nuts_warmup,
+            args.samples,
+        )  # fmt: skip
     elif sampler.startswith("nuts"):
         draws, grads, compile_s, warm_s, sample_s = _run_nuts(
             target, positions, key_run, sampler == "nuts_diag", args.nuts_warmup, args.samples
