@@ -44,6 +44,7 @@ from fisher_mala.adaptations.stopping_rule import (
     chains_behind,
     chains_settled,
     diagonal_suffices,
+    prior_dominated,
     stopping_rule,
 )
 from fisher_mala.leapfrog_tuning import LeapfrogTuning, tuning_stage
@@ -365,9 +366,11 @@ class FisherHMCWarmup(WarmupInParts):
         With ``metric="auto"``: diagonal when, for every chain, the correlation matrix of
         the learned ``A = R R^T`` is as close to the identity as sampling noise allows
         (:func:`diagonal_suffices`): the posterior is then close to independent, and a
-        dense ``R`` would only add ``O(d^2)`` per leapfrog step. Otherwise dense. Runs on
-        the host (one ``O(d^3)`` eigendecomposition per chain, skipped above
-        :data:`AUTO_MAX_DIM`).
+        dense ``R`` would only add ``O(d^2)`` per leapfrog step, unless the damping still
+        makes most of the learned precision in some direction (:func:`prior_dominated`:
+        there ``A`` is the damping's isotropic guess, and its lack of correlations says
+        nothing). Otherwise dense. Runs on the host (``O(d^3)`` eigendecompositions per
+        chain, skipped above :data:`AUTO_MAX_DIM`).
         """
         if self.metric != "auto":
             return self.metric
@@ -382,7 +385,10 @@ class FisherHMCWarmup(WarmupInParts):
         num_signals = np.asarray(count, np.float64)
         if self.pooled:  # one rank-C update per iteration
             num_signals = num_signals * np.shape(fisher_state.whitened_grad)[0]
-        return "diagonal" if diagonal_suffices(r, num_signals) else "dense"
+        if not diagonal_suffices(r, num_signals):
+            return "dense"
+        # no correlations learned yet where the damping still rules: not a diagonal target
+        return "dense" if prior_dominated(r, self.fisher_options["damping"]) else "diagonal"
 
     def tuning_stage(
         self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense", settled=True

@@ -503,3 +503,20 @@ def test_a_chain_left_in_a_minor_mode_is_regrouped_with_a_warning(tmp_path):
     with pytest.warns(fm.SamplingWarning, match="far below"):
         again = run(checkpoint=tmp_path / "run.npz", checkpoint_every=500)
     np.testing.assert_array_equal(np.asarray(again.samples), draws)
+
+
+def test_auto_metric_stays_dense_where_the_damping_still_rules():
+    """An ``A`` whose correlations are none only because the signals have not reached some
+    direction yet (the damping's isotropic guess there) is no evidence for a diagonal
+    metric; the same correlations learned from the signals are."""
+    from fisher_mala.adaptations.stopping_rule import prior_dominated
+
+    damping = fm.whitened_warmup.FISHER_NUTS_DAMPING
+    # F = (R R^T)^-1 = damping I + signals: 100x the damping in one direction, 0.05x in the
+    # other (damping share 0.95 there), then 100x in both
+    untaught = np.linalg.cholesky(np.linalg.inv(np.diag([101.0, 1.05]) * damping))[None]
+    taught = np.linalg.cholesky(np.linalg.inv(np.diag([101.0, 101.0]) * damping))[None]
+    assert prior_dominated(untaught, damping) and not prior_dominated(taught, damping)
+    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2))  # metric="auto"
+    assert warm.choose(_state(untaught, 10_000)) == "dense"
+    assert warm.choose(_state(taught, 10_000)) == "diagonal"

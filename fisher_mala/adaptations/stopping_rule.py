@@ -39,6 +39,8 @@ __all__ = [
     "correlation_condition_number",
     "diagonal_suffices",
     "noise_condition_number",
+    "prior_dominated",
+    "PRIOR_SHARE_MAX",
 ]
 
 #: ``metric="auto"`` picks a diagonal ``R`` when the learned correlation matrix's condition
@@ -120,6 +122,23 @@ def diagonal_suffices(sqrt_precond, num_signals) -> bool:
     kappa = correlation_condition_number(sqrt_precond)
     bound = DIAGONAL_NOISE_FACTOR * noise_condition_number(dim, num_signals)
     return bool(np.all(kappa <= bound))
+
+
+#: ``metric="auto"`` keeps the dense ``R`` while the damping still makes more than this
+#: share of the learned precision in some direction. Proposition 4 accumulates
+#: ``F = (R R^T)^{-1} = lambda I + sum_i s_i s_i^T``, so ``lambda * lambda_max(R R^T)`` is
+#: the damping's share in the direction the signals have taught least. Where it is large,
+#: ``A`` there is the damping's isotropic guess, and its correlations (none) say nothing
+#: about the posterior's.
+PRIOR_SHARE_MAX = 0.1
+
+
+def prior_dominated(sqrt_precond, damping) -> bool:
+    """Whether, for some chain, the damping makes more than :data:`PRIOR_SHARE_MAX` of the
+    learned precision in some direction (``damping * lambda_max(R R^T)``)."""
+    r = np.asarray(sqrt_precond, np.float64)
+    top = np.linalg.eigvalsh(r @ np.swapaxes(r, -1, -2))[..., -1]
+    return bool(np.any(float(damping) * top > PRIOR_SHARE_MAX))
 
 
 def block_condition_number(sqrt_prev, sqrt_now) -> np.ndarray:
