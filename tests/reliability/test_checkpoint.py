@@ -205,6 +205,26 @@ def test_a_run_killed_at_random_moments_resumes_bit_identically(tmp_path, kills)
     np.testing.assert_array_equal(np.load(out), np.asarray(reference.samples))
 
 
+_SAVES = {m: getattr(fm.run_checkpoint.RunCheckpoint, m) for m in ("save_warmup", "save_staged")}
+
+
+def _record_saves(monkeypatch, method: str, crash_if=None) -> list:
+    """Wrap ``RunCheckpoint.<method>``: each save is written, then its arguments recorded
+    (dicts copied: the warm-up updates its own in place), then ``_Crash`` raised when
+    ``crash_if(saves so far)``. Returns the list the saves are recorded in."""
+    original = _SAVES[method]  # the method itself, not an earlier wrapper
+    saves = []
+
+    def save(self, *args):
+        original(self, *args)
+        saves.append(tuple(dict(a) if isinstance(a, dict) else a for a in args))
+        if crash_if is not None and crash_if(saves):
+            raise _Crash
+
+    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, method, save)
+    return saves
+
+
 @pytest.mark.parametrize(
     "sampler, options",
     [("fisher_mala", {}), ("fisher_mala", {"pooled": True}), ("adamala", {}), ("mala", {}),
@@ -217,28 +237,12 @@ def test_a_run_killed_inside_its_warmup_resumes_there(tmp_path, monkeypatch, sam
 
     whole = run()
     path = tmp_path / "run.npz"
-    original = fm.run_checkpoint.RunCheckpoint.save_warmup
-    saved = []
-
-    def crash_after_three_segments(self, *args):
-        original(self, *args)
-        saved.append(args[-2])
-        if len(saved) == 3:
-            raise _Crash
-
-    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_warmup", crash_after_three_segments)
+    _record_saves(monkeypatch, "save_warmup", crash_if=lambda saves: len(saves) == 3)
     with pytest.raises(_Crash):
         run(checkpoint=path, checkpoint_every=60)
-    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_warmup", original)
-    segments = []
-
-    def count(self, *args):
-        segments.append(args[-2])
-        original(self, *args)
-
-    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_warmup", count)
+    segments = _record_saves(monkeypatch, "save_warmup")
     resumed = run(checkpoint=path, checkpoint_every=60)
-    assert segments[0] == 4  # the resumed run starts after the three segments saved
+    assert segments[0][-2] == 4  # the resumed run starts after the three segments saved
     np.testing.assert_array_equal(resumed.samples, whole.samples)
     for field in ("acceptance_rate", "is_accepted", "num_grad_evals", "initial_step_size"):
         np.testing.assert_array_equal(
@@ -276,27 +280,16 @@ def test_a_fisher_nuts_run_killed_inside_its_warmup_resumes_there(
 
     whole = run()
     path = tmp_path / "run.npz"
-    original = fm.run_checkpoint.RunCheckpoint.save_staged
-    saved = []
+    def crash_if(saves):  # the third save or later, in the stage to crash in
+        return saves[-1][1]["stage"] == crash_at and len(saves) >= 3
 
-    def crash(self, tree, meta, timings):
-        original(self, tree, meta, timings)
-        saved.append(dict(meta))
-        if meta["stage"] == crash_at and len(saved) >= 3:
-            raise _Crash
-
-    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_staged", crash)
+    crashed = _record_saves(monkeypatch, "save_staged", crash_if)
     with pytest.raises(_Crash):
         run(checkpoint=path, checkpoint_every=100)
-    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_staged", original)
-    resumed_at = []
-
-    def count(self, tree, meta, timings):
-        resumed_at.append(dict(meta))
-        original(self, tree, meta, timings)
-
-    monkeypatch.setattr(fm.run_checkpoint.RunCheckpoint, "save_staged", count)
+    saved = [meta for _, meta, _ in crashed]
+    saves = _record_saves(monkeypatch, "save_staged")
     resumed = run(checkpoint=path, checkpoint_every=100)
+    resumed_at = [meta for _, meta, _ in saves]
     # the resumed run goes on from the last save: its first save is the part after it
     assert (resumed_at[0]["stage"], resumed_at[0].get("done")) != ("fisher", 1)
     if saved[-1]["stage"] == resumed_at[0]["stage"]:
