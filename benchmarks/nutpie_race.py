@@ -23,6 +23,7 @@ Cells cached in ``benchmarks/results/nutpie_race/<target>/<sampler>.json``; the 
 """
 
 import argparse
+import ast
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -112,7 +113,7 @@ def render(root: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
-def inspect(name: str, regroup: bool = True, damping=None) -> None:
+def inspect(name: str, regroup: bool = True, damping=None, **options) -> None:
     """One Fisher NUTS run of the race on ``name``: its warnings (a chain regrouped at the
     end of the Fisher phase names the log densities), warm-up length, divergences, and per
     chain the eigenvalues of ``Sigma^(-1/2) A Sigma^(-1/2)`` times the squared step
@@ -128,7 +129,7 @@ def inspect(name: str, regroup: bool = True, damping=None) -> None:
 
     target = fm.targets.get(name)
     positions, key = race_start(target, CHAINS)
-    options = {"regroup": regroup, **({} if damping is None else {"damping": damping})}
+    options = {"regroup": regroup, **options, **({} if damping is None else {"damping": damping})}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", fm.SamplingWarning)
         r = fm.sample(key, "fisher_nuts", target.logdensity_fn, positions,
@@ -161,13 +162,18 @@ def main(argv=None) -> None:
     parser.add_argument("--inspect", metavar="NAME", help="look into one Fisher NUTS run")
     parser.add_argument("--no-regroup", action="store_true", help="with --inspect: regroup=False")
     parser.add_argument("--damping", type=float, help="with --inspect: the Fisher phase's damping")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE",
+        help="with --inspect: another option of fm.sample (a Python literal)",
+    )  # fmt: skip
     parser.add_argument("--root", type=Path, default=RESULTS)
     parser.add_argument(
         "--seed", type=int, default=0, help="other starts and keys (with another --root)"
     )
     args = parser.parse_args(argv)
     if args.inspect:
-        inspect(args.inspect, regroup=not args.no_regroup, damping=args.damping)
+        extra = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.set)}
+        inspect(args.inspect, regroup=not args.no_regroup, damping=args.damping, **extra)
         return
     if not args.render:
         flags = os.environ.get("XLA_FLAGS", "")

@@ -36,8 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fisher_mala import adamala, fisher, hmc, mala, mmala, pooled, validation
+from fisher_mala.adaptations.dual_averaging import dual_averaging
 from fisher_mala.adaptations.fisher import DAMPING, capped_share, fisher_preconditioner
 from fisher_mala.adaptations.haario import haario_covariance
+from fisher_mala.adaptations.secant_scale import secant_scale
 from fisher_mala.adaptations.step_size import (
     MALA_TARGET_ACCEPTANCE,
     STEP_SIZE_LEARNING_RATE,
@@ -98,13 +100,17 @@ class Warmup:
     batched
         One state for all chains (pooled): ``run`` takes every chain at once.
     **attributes
-        Read by warm-ups built on this one (e.g. ``num_mala_steps``, ``block``).
+        Read by warm-ups built on this one (e.g. ``num_mala_steps``, ``block``,
+        ``num_lead_steps``: the iterations before the last phase, ``num_mala_steps`` by
+        default).
     """
 
     def __init__(self, build: Callable, target_acceptance, batched=False, **attributes):
         self.build = build
         self.target_acceptance = float(target_acceptance)
         self.batched = batched
+        # iterations before the last (resumable) phase
+        attributes.setdefault("num_lead_steps", attributes.get("num_mala_steps", 0))
         self.__dict__.update(attributes)
 
     def run(self, rng_key, position, num_steps: int, progress=None, stop_after=None):
@@ -212,6 +218,74 @@ def _mala_phase(logdensity_fn, num_steps, rule, key) -> Phase:
     return Phase("mala", num_steps, step, key)
 
 
+def _scouting_phase(logdensity_fn, num_steps, target, key) -> Phase:
+    """The MALA phase of a fast start: ``sigma^2`` by dual averaging (Hoffman and Gelman,
+    2014), which moves it by orders of magnitude in tens of iterations where Algorithm
+    1's rule moves it by 1%, and the secant pairs of its proposals summed
+    (:mod:`~fisher_mala.adaptations.secant_scale`). State ``((MALAState, sigma^2),
+    (SecantSums, DualAveragingAdaptationState))``."""
+    kernel = mala.build_kernel()
+    scales, rule = secant_scale(), dual_averaging(target)
+
+    def step(key, carry):
+        (state, step_size), (sums, averaging) = carry
+        position = ravel(state.position)
+        state, info = kernel(key, state, logdensity_fn, step_size)
+        change = info.proposal_whitened_grad - info.whitened_grad  # R = I: raw gradients
+        # the second half only: the first crosses from the start, where the curvature
+        # can be orders of magnitude off the typical set's, while sigma^2 settles
+        counted = info.proposal_is_finite & (averaging.step > num_steps // 2)
+        sums = scales.update(sums, info.proposal - position, change, counted)
+        averaging = rule.update(averaging, info.acceptance_rate)
+        step_size = jnp.exp(averaging.log_step_size).astype(step_size.dtype)
+        return ((state, step_size), (sums, averaging)), info
+
+    return Phase("scout", num_steps, step, key)
+
+
+def _scouting_start(start: Callable, target) -> Callable:
+    """``start`` with empty secant sums and dual averaging from the searched step."""
+
+    def scouting(rng_key, position):
+        (state, step_size), info = start(rng_key, position)
+        flat = ravel(position)
+        sums = secant_scale().init(flat.shape[0], flat.dtype)
+        return ((state, step_size), (sums, dual_averaging(target).init(step_size))), info
+
+    return scouting
+
+
+def _restart() -> Callable:
+    """A FisherMALA state whose recursion restarts from its estimate so far.
+
+    Proposition 4 accumulates ``F_n = (R_n R_n^T)^{-1} = F_0 + sum_{i <= n} s_i s_i^T``;
+    the restart keeps ``F_0 = d F_n / n`` (``R <- R sqrt(n / d)``, count 0): ``d``
+    signals' worth of the estimate so far. The signals before, drawn with an ``A``
+    further from the fixed point, are forgotten (a window of Stan's warm-up, for ``R``).
+    ``d`` signals, not ``lambda``: each signal is rank one, and the first few after a
+    restart would otherwise leave every direction they have not touched ``1 / lambda``
+    times wider than the estimate, where the proposals are then rejected and teach
+    nothing. ``sigma^2`` follows ``tr(A)``, so the normalized step is kept.
+    """
+
+    def restart(state):
+        dtype = state.step_size.dtype
+        count = jnp.asarray(state.count, dtype)
+        dim = state.whitened_grad.shape[-1]
+        factor = jnp.where(count > 0, count / dim, 1.0)
+        scale = jnp.sqrt(factor)
+        return state._replace(
+            sqrt_precond=state.sqrt_precond * scale,
+            trace_precond=state.trace_precond * factor,
+            whitened_grad=state.whitened_grad * scale,
+            whitened_mean_score=state.whitened_mean_score * scale,
+            step_size=state.step_size * factor,
+            count=jnp.zeros_like(state.count),
+        )
+
+    return restart
+
+
 def _frozen(carry):
     """The MALA phase's ``(state, sigma^2)`` as the sampling state and parameters."""
     state, step_size = carry
@@ -296,6 +370,8 @@ def fisher_mala_warmup(
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
     step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
     rank: int | None = None,
+    fast_start: bool = False,
+    restart_windows: tuple[int, ...] = (),
 ) -> Warmup:
     """Algorithm 1's warm-up: a MALA phase, then adaptive FisherMALA iterations.
 
@@ -319,6 +395,21 @@ def fisher_mala_warmup(
         ``None``: the dense ``R`` of the paper. An integer ``k``: the diagonal-plus-rank-k
         Fisher preconditioner of :mod:`fisher_mala.low_rank` (``O(d k)`` time and memory
         per iteration; the Rao-Blackwellized signal, Proposition 4's rates).
+    fast_start
+        ``False``: Algorithm 1. ``True`` (needs BlackJAX): the MALA phase adapts
+        ``sigma^2`` by dual averaging (a far start, where the searched step is orders of
+        magnitude too small for the typical set, costs tens of iterations instead of
+        thousands), and the adaptive phase starts from ``R_0 = diag(sqrt(v / lambda))``,
+        ``v`` the per-coordinate variances that the MALA phase's proposals give
+        (:mod:`~fisher_mala.adaptations.secant_scale`), with ``sigma^2`` rescaled to keep
+        the proposal's spread along the narrowest of them. The damping of Eq. (8) is then
+        ``lambda diag(1 / v)``, in the posterior's own units.
+    restart_windows
+        Lengths of the windows at the start of the adaptive phase after each of which the
+        recursion restarts from its estimate (:func:`_restart`: ``d`` signals' worth of
+        it), forgetting the signals drawn with an ``A`` further from the fixed point;
+        Fisher NUTS uses ``(25, 50, 100, 200)``. ``()``: one running average
+        (Algorithm 1).
 
     Returns
     -------
@@ -358,19 +449,54 @@ def fisher_mala_warmup(
             state.position, state.logdensity, state.logdensity_grad, step_size, damping
         )
 
+    def enter_scaled(carry):  # R_0 = diag(sqrt(v / lambda)), the scout's spread kept
+        (state, _), (sums, averaging) = carry
+        variances = secant_scale().final(sums)
+        step_size = dual_averaging(target).final(averaging).astype(variances.dtype)
+        sqrt_precond = jnp.diag(jnp.sqrt(variances / jnp.asarray(damping, variances.dtype)))
+        # the proposal's variance along j is sigma^2 v_j / mean(v) (Eq. (7)): the scout's
+        # isotropic sigma^2 fits the narrowest v_j, and stays the spread there
+        step_size = step_size * jnp.mean(variances) / jnp.min(variances)
+        return fisher.state_from(
+            state.position, state.logdensity, state.logdensity_grad, step_size, damping,
+            sqrt_precond,
+        )  # fmt: skip
+
+    windows = tuple(int(w) for w in restart_windows)
+    if any(w < 1 for w in windows):
+        raise ValueError(f"`restart_windows` must be positive lengths, got {restart_windows}.")
+    if fast_start:
+        dual_averaging(target)  # BlackJAX's: a clear error now if it is missing
+        start = _scouting_start(start, target)
+    restart = _restart()
+
     def build(num_steps, position, warn=True):
         num_mala = min(num_mala_steps, num_steps)
         if warn:  # the schedule at every update it will make, then its window
             fisher._check_learning_rate(learning_rate, num_steps - num_mala)
             _warn_if_window_below_dim(learning_rate, position, num_steps - num_mala)
+        key = split_key(key_mala, (2, 1))
+        fisher_step = lambda key, state: step(key, state, logdensity_fn)  # noqa: E731
+        first_enter = enter_scaled if fast_start else enter
+        lead, left = [], num_steps - num_mala
+        for w in windows:  # each restarts from the estimate so far (_restart)
+            w = min(w, left)
+            if w <= 0:
+                break
+            lead.append(Phase("fisher_window", w, fisher_step, split_key((2, 1)),
+                              enter=restart if lead else first_enter))  # fmt: skip
+            left -= w
         phases = (
-            _mala_phase(logdensity_fn, num_mala, rule, split_key(key_mala, (2, 1))),
+            _scouting_phase(logdensity_fn, num_mala, target, key)
+            if fast_start
+            else _mala_phase(logdensity_fn, num_mala, rule, key),
+            *lead,
             Phase(
                 "fisher",
-                num_steps - num_mala,
-                lambda key, state: step(key, state, logdensity_fn),
+                left,
+                fisher_step,
                 split_key((2, 1)),
-                enter=enter,
+                enter=restart if lead else first_enter,
                 block=block,
                 finish_block=fisher.refresh_trace,
                 snapshot=_precond_snapshot(record_precond),
@@ -379,7 +505,10 @@ def fisher_mala_warmup(
         )
         return Schedule(start, phases, _with_parameters, record_trace=bool(trace_every))
 
-    return Warmup(build, target, num_mala_steps=num_mala_steps, block=block)
+    return Warmup(
+        build, target, num_mala_steps=num_mala_steps, block=block,
+        num_lead_steps=num_mala_steps + sum(windows),
+    )  # fmt: skip
 
 
 def _low_rank_warmup(

@@ -2,21 +2,26 @@
 
 Compiled phases and choices on the host between them, within the user's ``num_warmup``:
 
-1. **Fisher phase** (at most ``num_warmup - num_step_size_steps`` iterations): Algorithm
-   1's warm-up (:func:`~fisher_mala.warmups.fisher_mala_warmup`: step-size search, MALA
-   phase, adaptive FisherMALA), or the pooled one (one ``R`` for all chains,
-   :func:`~fisher_mala.warmups.pooled_fisher_mala_warmup`) with ``pooled=True``.
-   One gradient per iteration, ``O(d^2)`` per iteration. It runs in compiled blocks of
-   1000 iterations, and the stopping rule (:meth:`FisherHMCWarmup.learned`) ends it at
-   the first block whose signals agree with the ``R`` learned before them.
+1. **Fisher phase** (at most ``num_warmup - num_step_size_steps`` iterations):
+   :func:`~fisher_mala.warmups.fisher_mala_warmup` with a fast start (a MALA phase with
+   dual averaging of ``sigma^2`` and the secant scales of its proposals, which start
+   ``R``: :mod:`~fisher_mala.adaptations.secant_scale`) and restart windows of 25, 50,
+   100 and 200 iterations (the recursion restarts from its estimate after each), or the
+   pooled one (one ``R`` for all chains, Algorithm 1's start,
+   :func:`~fisher_mala.warmups.pooled_fisher_mala_warmup`) with ``pooled=True``. One
+   gradient per iteration, ``O(d^2)`` per iteration. It runs in compiled blocks of 1000
+   iterations, and the stopping rule (:meth:`FisherHMCWarmup.learned`) ends it at the
+   first block whose signals agree with the ``R`` they were drawn with.
 2. **Metric** (on the host, between the compiled phases): ``metric="auto"`` keeps the
    dense ``R``, or only its diagonal (:class:`~fisher_mala.whitened_hmc.DiagonalSqrt`,
    ``O(d)`` per leapfrog step) when the learned correlations are within sampling noise
-   of none (:meth:`FisherHMCWarmup.choose`). All chains get the same choice. It is first
-   looked at part-way through the Fisher phase, once ``16 d`` signals are in
-   (:meth:`FisherHMCWarmup.first_fisher_iterations`); a diagonal there ends the Fisher
-   phase, since the diagonal needs only the learned scales. Otherwise the phase runs to
-   its end (the same chain as without the look) and the metric is chosen again.
+   of none and the stopping rule found them taught by the signals
+   (:meth:`FisherHMCWarmup.choose`). All chains get the same choice. Where the stopping
+   rule cannot look, the metric is first looked at part-way through the Fisher phase,
+   once ``16 d`` signals are in (:meth:`FisherHMCWarmup.first_fisher_iterations`); a
+   diagonal there ends the Fisher phase, since the diagonal needs only the learned
+   scales. Otherwise the phase runs to its end (the same chain as without the look) and
+   the metric is chosen again.
 3. **Step-size phase** (``num_step_size_steps``, default a tenth of the warm-up, shrunk
    in proportion when the Fisher phase ended early): ``R`` frozen, NUTS (or HMC) in
    whitened coordinates with the leapfrog step tuned by dual averaging (Hoffman and
@@ -80,6 +85,13 @@ STEP_SIZE_FRACTION = 0.1
 #: three times too narrow, and NUTS pays for it in every trajectory. MALA is invariant to
 #: the scale of ``A`` (Eq. (7)), NUTS is not, hence the smaller default here.
 FISHER_NUTS_DAMPING = 0.1
+#: Restart windows of the Fisher phase (doubling, as Stan's windows).
+RESTART_WINDOWS = (25, 50, 100, 200)
+#: ``rho`` of the Fisher phase's step-size rule: ``R`` changes by orders of magnitude in
+#: the restart windows, and a chain thrown into a region where every proposal is rejected
+#: (no signal, so ``R`` cannot help) waits for ``sigma^2`` to shrink: Algorithm 1's 0.015
+#: (1% per iteration) makes that hundreds of iterations, 0.1 tens.
+FISHER_STEP_SIZE_LEARNING_RATE = 0.1
 #: ``metric`` of the warm-up: ``"auto"`` chooses after the Fisher phase (see
 #: :meth:`FisherHMCWarmup.choose`).
 METRICS = ("auto", "dense", "diagonal")
@@ -133,7 +145,11 @@ class FisherHMCWarmup(WarmupInParts):
     **fisher_options
         Options of the Fisher phase (``num_mala_steps``, ``damping`` (default
         :data:`FISHER_NUTS_DAMPING`), ``signal``, ``learning_rate``, ``initial_step_size``,
-        ``rank``, ...). With ``rank=k`` the Fisher phase learns the diagonal-plus-rank-k
+        ``rank``, ...). One ``R`` per chain, dense, starts fast by default
+        (``fast_start=True``, ``restart_windows=``:data:`RESTART_WINDOWS`,
+        ``step_size_learning_rate=``:data:`FISHER_STEP_SIZE_LEARNING_RATE`; pass
+        ``fast_start=False, restart_windows=(), step_size_learning_rate=0.015`` for
+        Algorithm 1's warm-up). With ``rank=k`` the Fisher phase learns the diagonal-plus-rank-k
         ``R`` of :mod:`fisher_mala.low_rank` and NUTS uses it as it is: the Fisher phase
         runs in full (no stopping rule) and ``metric`` is that ``R``.
     """
@@ -184,10 +200,7 @@ class FisherHMCWarmup(WarmupInParts):
         # After the pooled Fisher phase every chain has its own state (with the shared R):
         # the step-size phase and the draws run per chain.
         self.per_chain_sampling = True
-        if self.pooled:
-            self.fisher = pooled_fisher_mala_warmup(logdensity_fn, **fisher_options)
-        else:
-            self.fisher = fisher_mala_warmup(logdensity_fn, **fisher_options)
+        self.fisher = _fisher_phase(logdensity_fn, self.pooled, fisher_options)
         self.num_step_size_steps = num_step_size_steps
         self.max_num_doublings = int(max_num_doublings)
         self.num_integration_steps = num_integration_steps
@@ -256,20 +269,25 @@ class FisherHMCWarmup(WarmupInParts):
     def first_fisher_iterations(self, num_fisher: int, dim: int, signals_per_iteration=1):
         """Iterations of the first part of a Fisher phase of ``num_fisher`` iterations.
 
-        With ``metric="auto"`` the metric is first looked at once the adaptive phase has
-        absorbed :data:`PROBE_SIGNALS_PER_DIM` ``* d`` signals (rounded up to whole blocks
-        of the adaptive phase, so that a phase run in two parts is the same chain as one
-        run in one); a diagonal choice then ends the Fisher phase early. Otherwise, or
-        when that point is not before the end, the whole phase.
+        Where the stopping rule looks (:meth:`_rule_can_stop_at`): the phase's lead (the
+        MALA phase and the restart windows), so that the first block's signals are
+        compared with the ``R`` they were drawn with. Otherwise, with ``metric="auto"``,
+        the metric is first looked at once the adaptive phase has absorbed
+        :data:`PROBE_SIGNALS_PER_DIM` ``* d`` signals (rounded up to whole blocks of the
+        adaptive phase, so that a phase run in two parts is the same chain as one run in
+        one); a diagonal choice then ends the Fisher phase early. Otherwise, or when that
+        point is not before the end, the whole phase.
         """
         if not self.staged:
             return num_fisher
-        num_mala = min(self.fisher.num_mala_steps, num_fisher)
-        if self.metric != "auto":  # only the stopping rule: its first look after one block
-            return min(num_mala + self.fisher.block, num_fisher)
+        lead = min(self.fisher.num_lead_steps, num_fisher)
+        if self._rule_can_stop_at(dim, signals_per_iteration):
+            return lead
+        if self.metric != "auto":
+            return num_fisher
         block = self.fisher.block
         needed = -(-PROBE_SIGNALS_PER_DIM * dim // signals_per_iteration)
-        return min(num_mala + block * -(-needed // block), num_fisher)
+        return min(lead + block * -(-needed // block), num_fisher)
 
     def fisher_stage(self, rng_key, positions, num_steps: int, progress=None):
         """The (first part of the) Fisher phase: ``((state, parameters), info)``, of one
@@ -306,10 +324,12 @@ class FisherHMCWarmup(WarmupInParts):
         """
         on_host = on_host or (lambda fn, *args: fn(*args))
         out = call("fisher_stage", positions)
-        metric = on_host(self.choose, out[0][0])
-        if not (metric == "diagonal" and self.metric == "auto"):
+        looks = self._rule_can_stop(out[0][0])
+        metric, learned = None, False
+        if not looks:  # the metric's first look, where no stopping rule looks
+            metric = on_host(self.choose, out[0][0])
+        if looks or not (metric == "diagonal" and self.metric == "auto"):
             num_fisher, _ = self.split(num_steps)
-            looks = self._rule_can_stop(out[0][0])
             while not self.fisher_complete(out, num_steps):
                 num_more = num_fisher - out[1].acceptance_rate.shape[-1]
                 if looks:  # one block at a time, each looked at
@@ -319,7 +339,7 @@ class FisherHMCWarmup(WarmupInParts):
                 out = (carry, extend_info(out[1], more))
                 if learned:
                     break
-            metric = on_host(self.choose, out[0][0])
+            metric = on_host(self.choose, out[0][0], learned if looks else None)
         out = on_host(self.regroup, out)
         settled = on_host(self.settled, out[0][0])
         return call("tuning_stage", out, metric, settled)
@@ -360,17 +380,20 @@ class FisherHMCWarmup(WarmupInParts):
         look = rule.init(previous.sqrt_precond, previous.count)
         return rule.final(rule.update(look, (state.sqrt_precond, state.count)))
 
-    def choose(self, fisher_state) -> str:
+    def choose(self, fisher_state, learned: bool | None = None) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
 
         With ``metric="auto"``: diagonal when, for every chain, the correlation matrix of
         the learned ``A = R R^T`` is as close to the identity as sampling noise allows
         (:func:`diagonal_suffices`): the posterior is then close to independent, and a
-        dense ``R`` would only add ``O(d^2)`` per leapfrog step, unless the damping still
-        makes most of the learned precision in some direction (:func:`prior_dominated`:
-        there ``A`` is the damping's isotropic guess, and its lack of correlations says
-        nothing). Otherwise dense. Runs on the host (``O(d^3)`` eigendecompositions per
-        chain, skipped above :data:`AUTO_MAX_DIM`).
+        dense ``R`` would only add ``O(d^2)`` per leapfrog step. Such an ``A`` is evidence
+        only where the signals have taught every direction. ``learned`` says whether the
+        stopping rule found the last block's signals in agreement with the ``R`` before
+        them (a direction the signals have not reached breaks that agreement); ``None``
+        where the rule does not look, and then the damping must not make most of the
+        learned precision in any direction (:func:`prior_dominated`, for the isotropic
+        start of Algorithm 1). Otherwise dense. Runs on the host (``O(d^3)``
+        eigendecompositions per chain, skipped above :data:`AUTO_MAX_DIM`).
         """
         if self.metric != "auto":
             return self.metric
@@ -387,6 +410,10 @@ class FisherHMCWarmup(WarmupInParts):
             num_signals = num_signals * np.shape(fisher_state.whitened_grad)[0]
         if not diagonal_suffices(r, num_signals):
             return "dense"
+        if learned is not None:
+            return "diagonal" if learned else "dense"
+        if self.fisher_options.get("fast_start"):  # R_0 is not the isotropic damping's
+            return "diagonal"
         # no correlations learned yet where the damping still rules: not a diagonal target
         return "dense" if prior_dominated(r, self.fisher_options["damping"]) else "diagonal"
 
@@ -418,6 +445,24 @@ class FisherHMCWarmup(WarmupInParts):
             return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
 
         return self.staged_run(call, positions, num_steps)
+
+
+def _fisher_phase(logdensity_fn, pooled: bool, fisher_options: dict):
+    """The Fisher phase's warm-up, with Fisher NUTS's defaults filled into
+    ``fisher_options``: the fast start and restart windows (one ``R`` per chain, dense),
+    and the step-size rule's ``rho``."""
+    if pooled or fisher_options.get("rank") is not None:
+        for name in ("fast_start", "restart_windows"):
+            if fisher_options.get(name):
+                raise ValueError(f"`{name}` is not available with `pooled` or `rank`.")
+            fisher_options.pop(name, None)
+    if pooled:
+        return pooled_fisher_mala_warmup(logdensity_fn, **fisher_options)
+    if fisher_options.get("rank") is None:
+        fisher_options.setdefault("fast_start", True)
+        fisher_options.setdefault("restart_windows", RESTART_WINDOWS)
+        fisher_options.setdefault("step_size_learning_rate", FISHER_STEP_SIZE_LEARNING_RATE)
+    return fisher_mala_warmup(logdensity_fn, **fisher_options)
 
 
 def regroup_chains(fisher_out):

@@ -101,7 +101,7 @@ class WarmupInParts:
         if saved is None:
             tree["state"], tree["start"] = call("fisher_start", positions, 0)
             tree.update(rates=None, trace=None, previous=None)
-            meta.update(metric=None, stopped=False)
+            meta.update(metric=None, stopped=False, learned=False if looks else None)
         while meta["stage"] == "fisher" and meta["done"] < len(parts):
             index = meta["done"]
             segment = parts[index]
@@ -116,11 +116,12 @@ class WarmupInParts:
             last_at_end = index + 1 == len(parts) or parts[index + 1].num_steps > 0
             if end in points and last_at_end and self.staged:
                 view = call("fisher_finish", (positions, tree["state"]), 0)[0]
-                if meta["metric"] is None:  # the first look: the metric
+                if not looks and meta["metric"] is None:  # the metric's first look
                     meta["metric"] = on_host(self.choose, view)
                     meta["stopped"] = meta["metric"] == "diagonal" and self.metric == "auto"
-                elif looks:  # then the stopping rule
+                elif looks and tree["previous"] is not None:  # the stopping rule
                     meta["stopped"] = bool(on_host(self.learned, tree["previous"], view))
+                    meta["learned"] = meta["stopped"]
                 if looks:
                     tree["previous"] = view
             meta["done"] = index + 1
@@ -142,7 +143,7 @@ class WarmupInParts:
         fisher_state, params = call("fisher_finish", (positions, tree["state"]), 0)
         metric = meta["metric"]
         if not (meta["stopped"] and metric == "diagonal" and self.metric == "auto"):
-            metric = on_host(self.choose, fisher_state)
+            metric = on_host(self.choose, fisher_state, meta.get("learned"))
         (fisher_state, params), info = on_host(self.regroup, ((fisher_state, params), info))
         settled = bool(on_host(self.settled, fisher_state))
         if self.score_prior_weight is not None or self.pooled:  # in one part (docstring)
@@ -177,12 +178,17 @@ class WarmupInParts:
 
 def _cut(parts, points) -> tuple:
     """``parts`` (:class:`~fisher_mala.schedule.Segment`) cut at the iterations ``points``
-    (counted from the start of the warm-up) that fall strictly inside one."""
+    (counted from the start of the warm-up) that fall strictly inside one, and after the
+    hand-over of a phase that starts at one (a part of no iterations, so that the look
+    there sees the state the phase starts from, as ``run`` stopped there does)."""
     out = []
     for part in parts:
         begin, end = part.begin, part.begin + part.num_steps
         inner = sorted(p for p in points if begin < p < end)
         enter = part.enter
+        if enter and begin in points and part.num_steps > 0:
+            out.append(part._replace(num_steps=0))
+            enter = False
         for cut in [*inner, end]:
             out.append(part._replace(num_steps=cut - begin, begin=begin, enter=enter))
             begin, enter = cut, False

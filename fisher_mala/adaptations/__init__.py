@@ -16,6 +16,9 @@ adaptation                               learns                  from
 :func:`dual_averaging`                   the leapfrog step       acceptance rates
 :func:`step_size_search`                 an initial step         mean acceptances
 :func:`stopping_rule`                    whether ``R`` settled   ``R`` at block ends
+:func:`secant_scale`                     per-coordinate          MALA's moves and
+                                         variances (a start      gradient changes
+                                         for ``R``)
 =======================================  ======================  ======================
 """
 
@@ -27,6 +30,7 @@ from fisher_mala.adaptations.fisher import (
     whitened_signal,
 )
 from fisher_mala.adaptations.haario import HaarioCovariance, haario_covariance
+from fisher_mala.adaptations.secant_scale import SecantSums, secant_scale
 from fisher_mala.adaptations.step_size import RobbinsMonroState, robbins_monro
 from fisher_mala.adaptations.step_size_search import (
     StepSizeSearchState,
@@ -40,6 +44,7 @@ __all__ = [
     "FisherPreconditionerState",
     "HaarioCovariance",
     "RobbinsMonroState",
+    "SecantSums",
     "StepSizeSearchState",
     "StoppingRuleState",
     "dual_averaging",
@@ -47,6 +52,7 @@ __all__ = [
     "fisher_preconditioner",
     "haario_covariance",
     "robbins_monro",
+    "secant_scale",
     "step_size_search",
     "stopping_rule",
     "whitened_signal",
