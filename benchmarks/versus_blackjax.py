@@ -49,6 +49,10 @@ from fisher_mala.whitened_warmup import FisherHMCWarmup
 SAMPLERS = ("fisher_mala", "fisher_mala_pooled", "nuts_diag", "nuts_dense", "blackjax_mala")
 #: NUTS / HMC in the coordinates whitened by the Fisher R (fm.sample's "fisher_nuts", ...).
 WHITENED = ("fisher_nuts", "fisher_nuts_pooled", "fisher_hmc")
+#: The Fisher NUTS / HMC warm-up's defaults a cell ran with (recorded in its protocol, so
+#: that a change of the defaults reruns the cells): the fast start and restart windows of
+#: the Fisher phase, dual averaging towards 0.7.
+WARMUP_DEFAULTS = "fast start, restart windows, target 0.7"
 #: nutpie (Rust NUTS on a PyMC model, numba backend) with its default and low-rank adaptation.
 NUTPIE = ("nutpie_diag", "nutpie_low_rank")
 #: XLA:CPU devices of a race process (``main`` sets them before JAX starts): each device runs
@@ -250,6 +254,8 @@ def run_cell(target_name, sampler, args, root=RESULTS):
         protocol["stopping_rule"] = getattr(args, "stopping_rule", "on") == "on"
         if getattr(args, "target_acceptance", None) is not None:
             protocol["target_acceptance"] = args.target_acceptance
+        # the warm-up's defaults (cells before: Algorithm 1's start, target 0.8)
+        protocol["warmup_defaults"] = WARMUP_DEFAULTS
     if sampler not in NUTPIE and jax.default_backend() == "cpu":
         protocol["cpu_devices"] = jax.device_count()
     float64 = target_name in POSTERIORDB or getattr(args, "float64", False)

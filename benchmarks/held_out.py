@@ -1,0 +1,340 @@
+"""Fisher NUTS against nutpie's low-rank metric on held-out posteriordb posteriors.
+
+    python -m benchmarks.held_out                          # every cell, cached
+    python -m benchmarks.held_out --targets nes1972-nes    # some of them
+    python -m benchmarks.held_out --render                 # the table only
+
+The protocol of ``benchmarks.nutpie_race`` (its lengths, starts, float64, reference
+check) on posteriors of ``nutpie_race.HELD_OUT``: kept aside from the start, bundled
+nowhere and tuned on by nobody, to check Fisher NUTS's defaults on afterwards. They are
+read from a posteriordb mirror at run time (data and reference draws) and registered
+under their posteriordb names (:func:`register_held_out`); nothing of them ships with the
+library. Get the mirror with the session tool ``fetch github:stan-dev/posteriordb``
+(``/work/.mirror/stan-dev+posteriordb/repo``, the default of ``--posteriordb``) or
+``git clone --bare https://github.com/stan-dev/posteriordb``.
+
+Built: the regressions ``mesquite-logmesquite_logvash``, ``earnings-logearn_interaction``,
+``nes1972-nes`` (the model of the bundled ``nes1996``, other data), ``sblrc-blr`` (the
+model of the bundled ``sblri``, other data) and the time series ``arma-arma11`` and
+``garch-garch11``. Each is the Stan model on Stan's unconstrained space (``log`` of a
+positive parameter, ``logit`` of one in an interval, Jacobians included; flat where Stan
+has no prior), with ``constrain`` (the reference's parameter order) and a PyMC twin
+declaring the parameters in the same order, so that nutpie's unconstrained draws are the
+same coordinates.
+
+Cells cached in ``benchmarks/results/nutpie_race_held_out/<posterior>/<sampler>.json``;
+the table in ``benchmarks/results/nutpie_race_held_out.md``.
+"""
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import cells, nutpie_race
+
+__all__ = ["BUILT", "POSTERIORDB_MIRROR", "RESULTS", "main", "register_held_out", "render", "rows"]
+
+RESULTS = nutpie_race.RESULTS.parent / "nutpie_race_held_out"
+POSTERIORDB_MIRROR = Path("/work/.mirror/stan-dev+posteriordb/repo")
+#: The posteriors of ``nutpie_race.HELD_OUT`` built here, in the table's order.
+BUILT = ("mesquite-logmesquite_logvash", "earnings-logearn_interaction", "nes1972-nes",
+         "sblrc-blr", "arma-arma11", "garch-garch11")  # fmt: skip
+
+
+def _git_json(repo: Path, path: str):
+    """The JSON at ``path`` of the mirror's HEAD (unzipped if it is a ``.zip``)."""
+    cmd = ["git", "--git-dir", str(repo), "show", f"HEAD:posterior_database/{path}"]
+    blob = subprocess.run(cmd, check=True, capture_output=True).stdout
+    if path.endswith(".zip"):
+        archive = zipfile.ZipFile(io.BytesIO(blob))
+        blob = archive.read(archive.namelist()[0])
+    return json.loads(blob)
+
+
+def _reference(repo: Path, posterior: str) -> dict:
+    """Per-parameter mean and sd of the reference draws, as ``posteriordb.reference``."""
+    chains = _git_json(repo, f"reference_posteriors/draws/draws/{posterior}.json.zip")
+    names = list(chains[0])
+    flat = np.asarray([[c[n] for c in chains] for n in names]).reshape(len(names), -1)
+    commit = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"posterior": posterior, "posteriordb_commit": commit, "names": names,
+            "mean": flat.mean(1).tolist(), "sd": flat.std(1, ddof=1).tolist(),
+            "num_draws": int(flat.shape[1])}  # fmt: skip
+
+
+def _logmesquite_logvash(data):
+    from fisher_mala.targets.posteriordb_more import _regression
+
+    d1, d2, height = data["diam1"], data["diam2"], data["canopy_height"]
+    columns = [np.ones(len(d1)), np.log(d1 * d2 * height), np.log(d1 * d2), np.log(d1 / d2),
+               np.log(data["total_height"]), data["group"]]  # fmt: skip
+    return _regression(np.stack(columns, -1), np.log(data["weight"]))
+
+
+def _logearn_interaction(data):
+    from fisher_mala.targets.posteriordb_more import _regression
+
+    height, male = data["height"], data["male"]
+    design = np.stack([np.ones(len(height)), height, male, height * male], -1)
+    return _regression(design, np.log(data["earn"]))
+
+
+def _nes(data):
+    from fisher_mala.targets.posteriordb_more import _nes as nes1996
+
+    return nes1996(data)  # the model of the bundled nes1996
+
+
+def _blr(data):
+    from fisher_mala.targets.posteriordb_more import _sblri
+
+    return _sblri(data)  # the model of the bundled sblri: normal(0, 10) on beta and sigma
+
+
+def _arma11(data):
+    """``err[t] = y[t] - mu - phi y[t-1] - theta err[t-1]`` (``y[0] = mu``, ``err[0] = 0``)
+    ``~ normal(0, sigma)``; priors normal(0, 10), normal(0, 2) twice, half-cauchy(0, 2.5).
+    ``theta = (mu, phi, theta, log sigma)``."""
+    import jax
+    import jax.numpy as jnp
+
+    y = data["y"]
+
+    def logdensity(x):
+        mu, phi, theta, log_sigma = x[0], x[1], x[2], x[3]
+        yy = jnp.asarray(y, x.dtype)
+
+        def step(err, pair):
+            err = pair[0] - mu - phi * pair[1] - theta * err
+            return err, err
+
+        first = yy[0] - mu - phi * mu
+        _, rest = jax.lax.scan(step, first, (yy[1:], yy[:-1]))
+        err = jnp.concatenate([first[None], rest])
+        sigma = jnp.exp(log_sigma)
+        prior = -0.5 * ((mu / 10.0) ** 2 + (phi / 2.0) ** 2 + (theta / 2.0) ** 2)
+        prior = prior - jnp.log1p((sigma / 2.5) ** 2)
+        return jnp.sum(-0.5 * (err / sigma) ** 2) - len(y) * log_sigma + prior + log_sigma
+
+    def constrain(x):
+        return np.concatenate([x[..., :3], np.exp(x[..., 3:])], -1)
+
+    def pymc_model():
+        import pymc as pm
+        import pytensor
+        import pytensor.tensor as pt
+
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0.0, 10.0)
+            phi = pm.Normal("phi", 0.0, 2.0)
+            theta = pm.Normal("theta", 0.0, 2.0)
+            sigma = pm.HalfCauchy("sigma", 2.5)
+            first = y[0] - mu - phi * mu
+            rest, _ = pytensor.scan(
+                lambda y_t, y_prev, err, mu, phi, theta: y_t - mu - phi * y_prev - theta * err,
+                sequences=[pt.as_tensor(y[1:]), pt.as_tensor(y[:-1])],
+                outputs_info=first,
+                non_sequences=[mu, phi, theta],
+            )
+            err = pm.math.concatenate([first[None], rest])
+            pm.Potential("err", pm.logp(pm.Normal.dist(0.0, sigma), err).sum())
+        return model
+
+    return 4, logdensity, constrain, pymc_model, ("mu", "phi", "theta", "sigma")
+
+
+def _garch11(data):
+    """``y[t] ~ normal(mu, sigma[t])``, ``sigma[t]^2 = alpha0 + alpha1 (y[t-1] - mu)^2 +
+    beta1 sigma[t-1]^2``, ``sigma[1] = sigma1``; flat priors, ``alpha0 > 0``,
+    ``0 < alpha1 < 1``, ``0 < beta1 < 1 - alpha1``. ``theta = (mu, log alpha0,
+    logit alpha1, logit (beta1 / (1 - alpha1)))``."""
+    import jax
+    import jax.numpy as jnp
+
+    y, sigma1 = data["y"], float(data["sigma1"])
+
+    def logdensity(x):
+        mu, log_alpha0 = x[0], x[1]
+        alpha0, alpha1 = jnp.exp(log_alpha0), jax.nn.sigmoid(x[2])
+        beta1 = (1.0 - alpha1) * jax.nn.sigmoid(x[3])
+        yy = jnp.asarray(y, x.dtype)
+
+        def step(var, y_prev):
+            var = alpha0 + alpha1 * (y_prev - mu) ** 2 + beta1 * var
+            return var, var
+
+        _, rest = jax.lax.scan(step, jnp.asarray(sigma1**2, x.dtype), yy[:-1])
+        var = jnp.concatenate([jnp.full((1,), sigma1**2, x.dtype), rest])
+        likelihood = jnp.sum(-0.5 * (yy - mu) ** 2 / var - 0.5 * jnp.log(var))
+        # log |d(alpha0, alpha1, beta1) / d x[1:]|: alpha0, a (1 - a), (1 - a) s (1 - s)
+        log_sticks = jax.nn.log_sigmoid(x[2:]) + jax.nn.log_sigmoid(-x[2:])
+        return likelihood + log_alpha0 + jnp.sum(log_sticks) + jax.nn.log_sigmoid(-x[2])
+
+    def constrain(x):
+        alpha1, stick = 1.0 / (1.0 + np.exp(-x[..., 2:3])), 1.0 / (1.0 + np.exp(-x[..., 3:4]))
+        return np.concatenate([x[..., :1], np.exp(x[..., 1:2]), alpha1,
+                               (1.0 - alpha1) * stick], -1)  # fmt: skip
+
+    def pymc_model():
+        import pymc as pm
+        import pytensor
+        import pytensor.tensor as pt
+
+        with pm.Model() as model:
+            mu = pm.Flat("mu")
+            alpha0 = pm.HalfFlat("alpha0")
+            alpha1 = pm.Uniform("alpha1", 0.0, 1.0)
+            beta1 = pm.Uniform("beta1", 0.0, 1.0 - alpha1)  # the same logit coordinate
+            pm.Potential("flat_beta1", pt.log1p(-alpha1))  # Stan: density 1, not 1 / (1 - a1)
+            rest, _ = pytensor.scan(
+                lambda y_prev, var, mu, alpha0, alpha1, beta1: (
+                    alpha0 + alpha1 * (y_prev - mu) ** 2 + beta1 * var
+                ),
+                sequences=[pt.as_tensor(y[:-1])], outputs_info=pt.as_tensor(np.float64(sigma1**2)),
+                non_sequences=[mu, alpha0, alpha1, beta1],
+            )  # fmt: skip
+            var = pt.concatenate([pt.as_tensor(np.full(1, sigma1**2)), rest])
+            pm.Normal("y", mu, pt.sqrt(var), observed=y)
+        return model
+
+    return 4, logdensity, constrain, pymc_model, ("mu", "alpha0", "alpha1", "beta1")
+
+
+#: posteriordb model name -> ``data -> (dim, logdensity, constrain, pymc_model, vars)``.
+_BUILDERS = {
+    "logmesquite_logvash": _logmesquite_logvash,
+    "logearn_interaction": _logearn_interaction,
+    "nes": _nes,
+    "blr": _blr,
+    "arma11": _arma11,
+    "garch11": _garch11,
+}
+
+
+def register_held_out(repo: Path = POSTERIORDB_MIRROR, names=BUILT) -> tuple[str, ...]:
+    """Register the held-out posteriors ``names`` from a posteriordb mirror.
+
+    Parameters
+    ----------
+    repo
+        A posteriordb git directory (a bare mirror or a clone's ``.git``).
+    names
+        posteriordb posterior names, of :data:`BUILT`.
+
+    Returns
+    -------
+    tuple of str
+        The registry names (the posterior names), for ``fisher_mala.targets.get``.
+    """
+    from fisher_mala.targets.base import Target, register
+
+    for posterior in names:
+        info = _git_json(repo, f"posteriors/{posterior}.json")
+        raw = _git_json(repo, f"data/data/{info['data_name']}.json.zip")
+        data = {k: np.asarray(v, np.float64) for k, v in raw.items()}
+        built = _BUILDERS[info["model_name"]](data)
+        ref = _reference(repo, posterior)
+
+        def factory(posterior=posterior, built=built, ref=ref):
+            dim, logdensity, constrain, pymc_model, pymc_vars = built
+            extras = {
+                "reference": ref,
+                "constrain": constrain,
+                "pymc_model": pymc_model,
+                "pymc_vars": pymc_vars,
+                "source": f"posteriordb {posterior} (held out)",
+            }
+            return Target(name=posterior, dim=dim, logdensity_fn=logdensity, extras=extras)
+
+        register(posterior)(factory)
+    return tuple(names)
+
+
+def rows(root: Path = RESULTS, targets=BUILT) -> list[dict]:
+    """``nutpie_race.rows`` over ``targets``: one row per target with both cells."""
+    out = []
+    for target in targets:
+        fisher = cells.load(root / target / "fisher_nuts.json")
+        nutpie = cells.load(root / target / "nutpie_low_rank.json")
+        if fisher is None or nutpie is None:
+            continue
+        out.append({
+            "target": target, "dim": fisher["dim"],
+            "fisher_per_grad": fisher["bulk_min_per_grad"],
+            "nutpie_per_grad": nutpie["bulk_min_per_grad"],
+            "per_grad": fisher["bulk_min_per_grad"] / nutpie["bulk_min_per_grad"],
+            "per_second": fisher["bulk_min_per_second"] / nutpie["bulk_min_per_second"],
+            "fisher_grads": fisher["grad_evals"], "nutpie_grads": nutpie["grad_evals"],
+            "max_abs_z": max(fisher.get("reference_max_abs_z", np.nan),
+                             nutpie.get("reference_max_abs_z", np.nan)),
+        })  # fmt: skip
+    return out
+
+
+def render(root: Path = RESULTS, targets=BUILT) -> str:
+    """The table of ``nutpie_race.render`` over the held-out cells under ``root``."""
+    table = rows(root, targets)
+    lines = [
+        "| posterior (held out) | d | Fisher NUTS ESS/grad | nutpie low-rank ESS/grad "
+        "| ratio per gradient | ratio per second | gradients (Fisher / nutpie) | max abs z |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        lines.append(
+            f"| `{r['target']}` | {r['dim']} | {r['fisher_per_grad']:.2e} | "
+            f"{r['nutpie_per_grad']:.2e} | {r['per_grad']:.2f} | {r['per_second']:.2f} | "
+            f"{r['fisher_grads']} / {r['nutpie_grads']} | {r['max_abs_z']:.2f} |"
+        )
+    if table:
+        geo = np.exp(np.mean(np.log([r["per_grad"] for r in table])))
+        lines += ["", (
+            f"Geometric mean of the per-gradient ratio over {len(table)} held-out posteriors: "
+            f"**{geo:.2f}**; ratio per second above 1 on "
+            f"{sum(r['per_second'] > 1 for r in table)} of {len(table)}."
+        )]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--posteriordb", type=Path, default=POSTERIORDB_MIRROR,
+                        help="posteriordb git directory (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--targets", default="all", help="comma-separated posterior names")
+    parser.add_argument("--samplers", default="all")
+    parser.add_argument("--render", action="store_true", help="the table only")
+    parser.add_argument("--root", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="other starts and keys (with another --root)"
+    )
+    args = parser.parse_args(argv)
+    targets = BUILT if args.targets == "all" else tuple(args.targets.split(","))
+    if not args.render:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_force_host_platform_device_count" not in flags:
+            from benchmarks.versus_blackjax import CPU_DEVICES
+
+            count = f"--xla_force_host_platform_device_count={CPU_DEVICES}"
+            os.environ["XLA_FLAGS"] = f"{flags} {count}"
+        from benchmarks import versus_blackjax
+
+        register_held_out(args.posteriordb, targets)
+        samplers = nutpie_race.SAMPLERS if args.samplers == "all" else args.samplers.split(",")
+        for target in targets:
+            for sampler in samplers:
+                versus_blackjax.run_cell(
+                    target, sampler, nutpie_race._args(args.root, args.seed), root=args.root
+                )
+    text = render(args.root, targets)
+    (args.root.parent / f"{args.root.name}.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
