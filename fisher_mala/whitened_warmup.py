@@ -379,13 +379,29 @@ class FisherHMCWarmup(WarmupInParts):
     def learned(self, previous, state) -> bool:
         """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``) of
         :func:`fisher_mala.adaptations.stopping_rule.stopping_rule`, looking at the ``R``
-        of ``state`` against that of ``previous`` (the end of the block before)."""
+        of ``state`` against that of ``previous`` (the end of the block before).
+
+        Chains far behind the others in log density (:func:`chains_behind`) are left out
+        while others remain: their ``R`` says nothing of the posterior, and they are
+        regrouped (:meth:`regroup`) or given the full step-size phase after the Fisher
+        phase; one chain stuck at a log density of ``-1e30`` no longer holds the others'
+        Fisher phase to its full length."""
         if not self.rule_applies:
             return False
         per_update = np.shape(state.whitened_grad)[0] if self.pooled else 1  # rank-C
         rule = stopping_rule(per_update)
-        look = rule.init(previous.sqrt_precond, previous.count)
-        return rule.final(rule.update(look, (state.sqrt_precond, state.count)))
+        r_prev, n_prev = previous.sqrt_precond, previous.count
+        r_now, n_now = state.sqrt_precond, state.count
+        if not self.pooled and np.ndim(state.logdensity) == 1:  # one state per chain
+            dim = np.shape(state.whitened_grad)[-1]
+            behind = chains_behind(state.logdensity, dim)
+            keep = np.setdiff1d(np.arange(np.shape(state.logdensity)[0]), behind)
+            if 0 < keep.size < np.shape(state.logdensity)[0]:
+                r_prev, n_prev, r_now, n_now = (
+                    np.asarray(x)[keep] for x in (r_prev, n_prev, r_now, n_now)
+                )
+        look = rule.init(r_prev, n_prev)
+        return rule.final(rule.update(look, (r_now, n_now)))
 
     def choose(self, fisher_state, learned: bool | None = None) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).

@@ -112,6 +112,33 @@ def test_stopping_rule_tells_a_settled_r_from_one_still_learning():
     ).learned(_state(settled, n_prev), _state(settled, n_prev + block))
 
 
+def test_stopping_rule_leaves_out_a_chain_far_behind():
+    """Three chains whose R has settled and one stuck far below them in log density (an
+    ARMA chain thrown where its recursion explodes, log density -1e30): the rule looks
+    at the three, and the stuck one is regrouped after the Fisher phase; were that chain
+    not behind, its unsettled R would keep the phase going."""
+    rng = np.random.default_rng(6)
+    d, n_prev, block = 6, 3000, 1000
+    sd = np.geomspace(0.5, 2.0, d)
+    rule = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+    settled = np.diag(sd) / np.sqrt(n_prev)
+    r_prev = np.stack([settled] * 3 + [np.eye(d) / np.sqrt(n_prev)])
+    r_now = []
+    for r in r_prev:
+        new = rng.normal(size=(block, d)) / sd  # scores of N(0, diag(sd^2))
+        r_now.append(np.linalg.cholesky(np.linalg.inv(np.linalg.inv(r @ r.T) + new.T @ new)))
+    counts = np.full(4, n_prev)
+
+    def look(logdensities):
+        before = _state(r_prev, counts)
+        after = _state(np.stack(r_now), counts + block)
+        before.logdensity = after.logdensity = np.asarray(logdensities)
+        return rule.learned(before, after)
+
+    assert look([-10.0, -11.0, -9.0, -1e30])
+    assert not look([-10.0, -11.0, -9.0, -12.0])
+
+
 @pytest.mark.parametrize("dim,looks", [(10, 4), (300, 0)])
 def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, looks):
     """The stage driver, with stand-in stages: one ``learned`` look per block for small d;
