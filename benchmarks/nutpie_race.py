@@ -142,7 +142,9 @@ def inspect(name: str, regroup: bool = True, damping=None, **options) -> None:
     ess = fm.ess(draws, method="bulk", per_chain=False).min()
     print(f"min bulk ESS per gradient {ess / np.sum(r.num_grad_evals):.2e}",
           "| warm-up iterations", r.warmup_info.acceptance_rate.shape[-1],
-          "| divergences", np.asarray(r.sample_stats["is_divergent"]).sum(-1))  # fmt: skip
+          "| divergences", np.asarray(r.sample_stats["is_divergent"]).sum(-1),
+          f"| leapfrog steps per draw {np.mean(r.sample_stats['num_grad_evals']):.2f}",
+          f"| acceptance {np.mean(r.sample_stats['acceptance_rate']):.3f}")  # fmt: skip
     sqrt = r.parameters.sqrt_precond
     if isinstance(sqrt, fm.DiagonalSqrt):
         sqrt = np.stack([np.diag(s) for s in np.asarray(sqrt.scale)])

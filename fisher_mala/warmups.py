@@ -255,24 +255,29 @@ def _scouting_start(start: Callable, target) -> Callable:
     return scouting
 
 
-def _restart() -> Callable:
+def _restart(prior_weight) -> Callable:
     """A FisherMALA state whose recursion restarts from its estimate so far.
 
-    Proposition 4 accumulates ``F_n = (R_n R_n^T)^{-1} = F_0 + sum_{i <= n} s_i s_i^T``;
-    the restart keeps ``F_0 = d F_n / n`` (``R <- R sqrt(n / d)``, count 0): ``d``
-    signals' worth of the estimate so far. The signals before, drawn with an ``A``
-    further from the fixed point, are forgotten (a window of Stan's warm-up, for ``R``).
-    ``d`` signals, not ``lambda``: each signal is rank one, and the first few after a
-    restart would otherwise leave every direction they have not touched ``1 / lambda``
-    times wider than the estimate, where the proposals are then rejected and teach
-    nothing. ``sigma^2`` follows ``tr(A)``, so the normalized step is kept.
+    Proposition 4 accumulates ``F_n = (R_n R_n^T)^{-1} = F_0 + sum_{i <= n} s_i s_i^T``,
+    with ``F_0`` worth ``prior_weight`` signals (the damping ``lambda`` at the start, then
+    what the last restart kept). The restart keeps ``F_0' = w F_n / (prior_weight + n)``
+    (``R <- R sqrt((prior_weight + n) / w)``, count 0): ``w = min(d, prior_weight + n)``
+    signals' worth of the estimate so far, and forgets the rest, drawn with an ``A``
+    further from the fixed point (a window of Stan's warm-up, for ``R``). ``d`` signals,
+    not ``lambda``: each signal is rank one, and the first few after a restart would
+    otherwise leave every direction they have not touched far wider than the estimate,
+    where the proposals are then rejected and teach nothing; never more than the
+    estimate holds, so a window that leaves it worth fewer than ``d`` signals forgets
+    nothing. ``sigma^2`` follows
+    ``tr(A)``, so the normalized step is kept.
     """
 
     def restart(state):
         dtype = state.step_size.dtype
-        count = jnp.asarray(state.count, dtype)
         dim = state.whitened_grad.shape[-1]
-        factor = jnp.where(count > 0, count / dim, 1.0)
+        held = jnp.asarray(prior_weight, dtype) + jnp.asarray(state.count, dtype)
+        kept = jnp.minimum(jnp.asarray(dim, dtype), held)
+        factor = held / kept  # F_0' = F_n / factor: R and A grow by it
         scale = jnp.sqrt(factor)
         return state._replace(
             sqrt_precond=state.sqrt_precond * scale,
@@ -284,6 +289,15 @@ def _restart() -> Callable:
         )
 
     return restart
+
+
+def _kept_weights(damping, lengths, dim: int) -> list[float]:
+    """The prior weight (in signals) each restart window starts with, and then the main
+    part: ``lambda``, then ``min(d, previous + length)`` (:func:`_restart`)."""
+    weights = [float(damping)]
+    for length in lengths:
+        weights.append(min(float(dim), weights[-1] + length))
+    return weights
 
 
 def _frozen(carry):
@@ -468,7 +482,6 @@ def fisher_mala_warmup(
     if fast_start:
         dual_averaging(target)  # BlackJAX's: a clear error now if it is missing
         start = _scouting_start(start, target)
-    restart = _restart()
 
     def build(num_steps, position, warn=True):
         num_mala = min(num_mala_steps, num_steps)
@@ -478,14 +491,17 @@ def fisher_mala_warmup(
         key = split_key(key_mala, (2, 1))
         fisher_step = lambda key, state: step(key, state, logdensity_fn)  # noqa: E731
         first_enter = enter_scaled if fast_start else enter
-        lead, left = [], num_steps - num_mala
+        lengths, left = [], num_steps - num_mala
         for w in windows:  # each restarts from the estimate so far (_restart)
-            w = min(w, left)
-            if w <= 0:
+            if min(w, left) <= 0:
                 break
-            lead.append(Phase("fisher_window", w, fisher_step, split_key((2, 1)),
-                              enter=restart if lead else first_enter))  # fmt: skip
-            left -= w
+            lengths.append(min(w, left))
+            left -= lengths[-1]
+        weights = _kept_weights(damping, lengths, ravel(position).shape[0])
+        enters = ([first_enter] + [_restart(weight) for weight in weights[:-2]])[: len(lengths)]
+        lead = [Phase("fisher_window", length, fisher_step, split_key((2, 1)), enter=enter)
+                for length, enter in zip(lengths, enters, strict=True)]  # fmt: skip
+        restart = _restart(weights[-2]) if lengths else None
         phases = (
             _scouting_phase(logdensity_fn, num_mala, target, key)
             if fast_start

@@ -67,7 +67,10 @@ from fisher_mala.whitened_warmup_parts import WarmupInParts
 
 __all__ = [
     "FISHER_NUTS_DAMPING",
+    "FISHER_NUTS_TARGET_ACCEPTANCE",
+    "FISHER_STEP_SIZE_LEARNING_RATE",
     "METRICS",
+    "RESTART_WINDOWS",
     "FisherHMCWarmup",
     "FisherParameters",
     "fisher_adaptation",
@@ -390,18 +393,9 @@ class FisherHMCWarmup(WarmupInParts):
             return False
         per_update = np.shape(state.whitened_grad)[0] if self.pooled else 1  # rank-C
         rule = stopping_rule(per_update)
-        r_prev, n_prev = previous.sqrt_precond, previous.count
-        r_now, n_now = state.sqrt_precond, state.count
-        if not self.pooled and np.ndim(state.logdensity) == 1:  # one state per chain
-            dim = np.shape(state.whitened_grad)[-1]
-            behind = chains_behind(state.logdensity, dim)
-            keep = np.setdiff1d(np.arange(np.shape(state.logdensity)[0]), behind)
-            if 0 < keep.size < np.shape(state.logdensity)[0]:
-                r_prev, n_prev, r_now, n_now = (
-                    np.asarray(x)[keep] for x in (r_prev, n_prev, r_now, n_now)
-                )
-        look = rule.init(r_prev, n_prev)
-        return rule.final(rule.update(look, (r_now, n_now)))
+        arrays = (previous.sqrt_precond, previous.count, state.sqrt_precond, state.count)
+        r_prev, n_prev, r_now, n_now = _without_chains_behind(state, self.pooled, *arrays)
+        return rule.final(rule.update(rule.init(r_prev, n_prev), (r_now, n_now)))
 
     def choose(self, fisher_state, learned: bool | None = None) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
@@ -413,10 +407,11 @@ class FisherHMCWarmup(WarmupInParts):
         only where the signals have taught every direction. ``learned`` says whether the
         stopping rule found the last block's signals in agreement with the ``R`` before
         them (a direction the signals have not reached breaks that agreement); ``None``
-        where the rule does not look, and then the damping must not make most of the
-        learned precision in any direction (:func:`prior_dominated`, for the isotropic
-        start of Algorithm 1). Otherwise dense. Runs on the host (``O(d^3)``
-        eigendecompositions per chain, skipped above :data:`AUTO_MAX_DIM`).
+        where the rule does not look, and then, from Algorithm 1's isotropic start, the
+        damping must not make most of the learned precision in any direction
+        (:func:`prior_dominated`); from the fast start the correlations alone decide.
+        Otherwise dense. Runs on the host (``O(d^3)`` eigendecompositions per chain,
+        skipped above :data:`AUTO_MAX_DIM`).
         """
         if self.metric != "auto":
             return self.metric
@@ -433,10 +428,8 @@ class FisherHMCWarmup(WarmupInParts):
             num_signals = num_signals * np.shape(fisher_state.whitened_grad)[0]
         if not diagonal_suffices(r, num_signals):
             return "dense"
-        if learned is not None:
-            return "diagonal" if learned else "dense"
-        if self.fisher_options.get("fast_start"):  # R_0 is not the isotropic damping's
-            return "diagonal"
+        if learned is not None or self.fisher_options.get("fast_start"):  # not Algorithm 1's
+            return "dense" if learned is False else "diagonal"
         # no correlations learned yet where the damping still rules: not a diagonal target
         return "dense" if prior_dominated(r, self.fisher_options["damping"]) else "diagonal"
 
@@ -468,6 +461,20 @@ class FisherHMCWarmup(WarmupInParts):
             return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
 
         return self.staged_run(call, positions, num_steps)
+
+
+def _without_chains_behind(state, pooled: bool, *per_chain):
+    """``per_chain`` arrays without the chains of ``state`` far behind the others in log
+    density (:func:`chains_behind`), unless that would leave none (or ``state`` holds
+    one chain, or one ``R`` for all: ``pooled``)."""
+    if pooled or np.ndim(state.logdensity) != 1:
+        return per_chain
+    num_chains = np.shape(state.logdensity)[0]
+    behind = chains_behind(state.logdensity, np.shape(state.whitened_grad)[-1])
+    keep = np.setdiff1d(np.arange(num_chains), behind)
+    if not 0 < keep.size < num_chains:
+        return per_chain
+    return tuple(np.asarray(x)[keep] for x in per_chain)
 
 
 def _fisher_phase(logdensity_fn, pooled: bool, fisher_options: dict):

@@ -34,26 +34,29 @@ def test_fast_start_learns_every_scale_from_a_far_start(x64):
 
 
 def test_restart_keeps_d_signals_worth_of_the_estimate_and_the_proposal(x64):
-    """F_0 = d F_n / n with F = (R R^T)^{-1}; the normalized step, R^T g and the trace
-    follow, the count restarts."""
+    """F_0' = w F_n / (w_0 + n), w = min(d, w_0 + n) with F = (R R^T)^{-1} and w_0 the
+    signals' worth of the prior before; the normalized step, R^T g and the trace follow,
+    the count restarts. An estimate worth fewer than d signals is kept whole."""
     rng = np.random.default_rng(1)
-    d, n = 4, 37
+    d, n, prior = 4, 37, 3.0
     m = rng.normal(size=(d, d))
     r = np.linalg.cholesky(m @ m.T + np.eye(d))
     grad = rng.normal(size=d)
     state = fisher.state_from(jnp.zeros(d), 0.0, jnp.asarray(grad), 0.3, 0.1, jnp.asarray(r))
     state = state._replace(count=jnp.asarray(n, jnp.int32))
-    new = warmups._restart()(state)
+    new = warmups._restart(prior)(state)
     r_new = np.asarray(new.sqrt_precond)
     f, f_new = (np.linalg.inv(m @ m.T) for m in (r, r_new))
-    np.testing.assert_allclose(f_new, d / n * f, rtol=1e-10)
+    np.testing.assert_allclose(f_new, d / (prior + n) * f, rtol=1e-10)
     np.testing.assert_allclose(float(new.trace_precond), np.trace(r_new @ r_new.T), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(new.whitened_grad), grad @ r_new, rtol=1e-12)
     normalized = [float(s.step_size) * d / float(s.trace_precond) for s in (state, new)]
     np.testing.assert_allclose(normalized[1], normalized[0], rtol=1e-12)
     assert int(new.count) == 0
-    again = warmups._restart()(new)  # nothing absorbed since: unchanged
-    np.testing.assert_array_equal(np.asarray(again.sqrt_precond), r_new)
+    short = warmups._restart(0.1)(state._replace(count=jnp.asarray(2, jnp.int32)))
+    np.testing.assert_allclose(np.asarray(short.sqrt_precond), r, rtol=1e-12)  # 2.1 < d
+    assert warmups._kept_weights(0.1, (25, 50, 100, 200), 100) == [0.1, 25.1, 75.1, 100.0, 100.0]
+    assert warmups._kept_weights(0.1, (25, 50), 3) == [0.1, 3.0, 3.0]
 
 
 def test_restart_windows_reach_the_fixed_point_where_one_running_average_lags(x64):

@@ -353,7 +353,8 @@ def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
     assert result.sample_stats["is_divergent"].shape == (4, 2000)
     # the step-size phase reaches the target a user sets (the docs' step-size table sends
     # users to it); dual averaging's averaged step ends on the cautious side of it
-    goal = options.get("hmc_target_acceptance_rate", fm.whitened_hmc.NUTS_TARGET_ACCEPTANCE)
+    default = fm.whitened_warmup.FISHER_NUTS_TARGET_ACCEPTANCE
+    goal = options.get("hmc_target_acceptance_rate", default)
     accept = float(np.mean(result.sample_stats["acceptance_rate"]))
     assert goal - 0.05 < accept < goal + 0.12, (goal, accept)
 
