@@ -29,16 +29,15 @@ the table in ``benchmarks/results/nutpie_race_held_out.md``.
 import argparse
 import io
 import json
-import os
 import subprocess
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import cells, nutpie_race
+from benchmarks import nutpie_race
 
-__all__ = ["BUILT", "POSTERIORDB_MIRROR", "RESULTS", "main", "register_held_out", "render", "rows"]
+__all__ = ["BUILT", "POSTERIORDB_MIRROR", "RESULTS", "main", "register_held_out", "render"]
 
 RESULTS = nutpie_race.RESULTS.parent / "nutpie_race_held_out"
 POSTERIORDB_MIRROR = Path("/work/.mirror/stan-dev+posteriordb/repo")
@@ -257,49 +256,9 @@ def register_held_out(repo: Path = POSTERIORDB_MIRROR, names=BUILT) -> tuple[str
     return tuple(names)
 
 
-def rows(root: Path = RESULTS, targets=BUILT) -> list[dict]:
-    """``nutpie_race.rows`` over ``targets``: one row per target with both cells."""
-    out = []
-    for target in targets:
-        fisher = cells.load(root / target / "fisher_nuts.json")
-        nutpie = cells.load(root / target / "nutpie_low_rank.json")
-        if fisher is None or nutpie is None:
-            continue
-        out.append({
-            "target": target, "dim": fisher["dim"],
-            "fisher_per_grad": fisher["bulk_min_per_grad"],
-            "nutpie_per_grad": nutpie["bulk_min_per_grad"],
-            "per_grad": fisher["bulk_min_per_grad"] / nutpie["bulk_min_per_grad"],
-            "per_second": fisher["bulk_min_per_second"] / nutpie["bulk_min_per_second"],
-            "fisher_grads": fisher["grad_evals"], "nutpie_grads": nutpie["grad_evals"],
-            "max_abs_z": max(fisher.get("reference_max_abs_z", np.nan),
-                             nutpie.get("reference_max_abs_z", np.nan)),
-        })  # fmt: skip
-    return out
-
-
 def render(root: Path = RESULTS, targets=BUILT) -> str:
-    """The table of ``nutpie_race.render`` over the held-out cells under ``root``."""
-    table = rows(root, targets)
-    lines = [
-        "| posterior (held out) | d | Fisher NUTS ESS/grad | nutpie low-rank ESS/grad "
-        "| ratio per gradient | ratio per second | gradients (Fisher / nutpie) | max abs z |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table:
-        lines.append(
-            f"| `{r['target']}` | {r['dim']} | {r['fisher_per_grad']:.2e} | "
-            f"{r['nutpie_per_grad']:.2e} | {r['per_grad']:.2f} | {r['per_second']:.2f} | "
-            f"{r['fisher_grads']} / {r['nutpie_grads']} | {r['max_abs_z']:.2f} |"
-        )
-    if table:
-        geo = np.exp(np.mean(np.log([r["per_grad"] for r in table])))
-        lines += ["", (
-            f"Geometric mean of the per-gradient ratio over {len(table)} held-out posteriors: "
-            f"**{geo:.2f}**; ratio per second above 1 on "
-            f"{sum(r['per_second'] > 1 for r in table)} of {len(table)}."
-        )]  # fmt: skip
-    return "\n".join(lines)
+    """The table of :func:`benchmarks.nutpie_race.render` over the held-out cells."""
+    return nutpie_race.render(root, targets, "posterior (held out)")
 
 
 def main(argv=None) -> None:
@@ -316,21 +275,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     targets = BUILT if args.targets == "all" else tuple(args.targets.split(","))
     if not args.render:
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            from benchmarks.versus_blackjax import CPU_DEVICES
-
-            count = f"--xla_force_host_platform_device_count={CPU_DEVICES}"
-            os.environ["XLA_FLAGS"] = f"{flags} {count}"
-        from benchmarks import versus_blackjax
-
+        nutpie_race.use_cpu_devices()
         register_held_out(args.posteriordb, targets)
         samplers = nutpie_race.SAMPLERS if args.samplers == "all" else args.samplers.split(",")
-        for target in targets:
-            for sampler in samplers:
-                versus_blackjax.run_cell(
-                    target, sampler, nutpie_race._args(args.root, args.seed), root=args.root
-                )
+        nutpie_race.run(targets, samplers, args.root, args.seed)
     text = render(args.root, targets)
     (args.root.parent / f"{args.root.name}.md").write_text(text + "\n")
     print(text)

@@ -63,10 +63,10 @@ def run(targets, samplers, root: Path = RESULTS, seed: int = 0) -> None:
             versus_blackjax.run_cell(target, sampler, _args(root, seed), root=root)
 
 
-def rows(root: Path = RESULTS) -> list[dict]:
+def rows(root: Path = RESULTS, targets=TARGETS) -> list[dict]:
     """One row per target with both cells: the per-gradient and per-second ratios."""
     out = []
-    for target in TARGETS:
+    for target in targets:
         fisher = cells.load(root / target / "fisher_nuts.json")
         nutpie = cells.load(root / target / "nutpie_low_rank.json")
         if fisher is None or nutpie is None:
@@ -86,11 +86,12 @@ def rows(root: Path = RESULTS) -> list[dict]:
     return out
 
 
-def render(root: Path = RESULTS) -> str:
-    table = rows(root)
+def render(root: Path = RESULTS, targets=TARGETS, first_column: str = "target") -> str:
+    """The markdown table of :func:`rows`, and the geometric mean of the ratios."""
+    table = rows(root, targets)
     lines = [
-        "| target | d | Fisher NUTS ESS/grad | nutpie low-rank ESS/grad | ratio per gradient "
-        "| ratio per second | gradients (Fisher / nutpie) | max abs z |",
+        f"| {first_column} | d | Fisher NUTS ESS/grad | nutpie low-rank ESS/grad "
+        "| ratio per gradient | ratio per second | gradients (Fisher / nutpie) | max abs z |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
@@ -111,6 +112,17 @@ def render(root: Path = RESULTS) -> str:
             f"{sum(r['per_second'] > 1 for r in table)} of {len(table)}."
         )
     return "\n".join(lines)
+
+
+def use_cpu_devices() -> None:
+    """Start JAX with the race's XLA:CPU devices (``versus_blackjax.CPU_DEVICES``), unless
+    ``XLA_FLAGS`` already sets a count; call before JAX is first used."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        from benchmarks.versus_blackjax import CPU_DEVICES
+
+        count = f"--xla_force_host_platform_device_count={CPU_DEVICES}"
+        os.environ["XLA_FLAGS"] = f"{flags} {count}"
 
 
 def inspect(name: str, regroup: bool = True, damping=None, **options) -> None:
@@ -178,12 +190,7 @@ def main(argv=None) -> None:
         inspect(args.inspect, regroup=not args.no_regroup, damping=args.damping, **extra)
         return
     if not args.render:
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            from benchmarks.versus_blackjax import CPU_DEVICES
-
-            count = f"--xla_force_host_platform_device_count={CPU_DEVICES}"
-            os.environ["XLA_FLAGS"] = f"{flags} {count}"
+        use_cpu_devices()
         targets = TARGETS if args.targets == "all" else args.targets.split(",")
         samplers = SAMPLERS if args.samplers == "all" else args.samplers.split(",")
         run(targets, samplers, args.root, args.seed)

@@ -262,21 +262,20 @@ def _restart(prior_weight) -> Callable:
     with ``F_0`` worth ``prior_weight`` signals (the damping ``lambda`` at the start, then
     what the last restart kept). The restart keeps ``F_0' = w F_n / (prior_weight + n)``
     (``R <- R sqrt((prior_weight + n) / w)``, count 0): ``w = min(d, prior_weight + n)``
-    signals' worth of the estimate so far, and forgets the rest, drawn with an ``A``
-    further from the fixed point (a window of Stan's warm-up, for ``R``). ``d`` signals,
-    not ``lambda``: each signal is rank one, and the first few after a restart would
-    otherwise leave every direction they have not touched far wider than the estimate,
-    where the proposals are then rejected and teach nothing; never more than the
-    estimate holds, so a window that leaves it worth fewer than ``d`` signals forgets
-    nothing. ``sigma^2`` follows
-    ``tr(A)``, so the normalized step is kept.
+    signals' worth of the estimate so far (the next window's ``prior_weight``:
+    :func:`_kept_weights`), and forgets the rest, drawn with an ``A`` further from the
+    fixed point (a window of Stan's warm-up, for ``R``). ``d`` signals, not ``lambda``:
+    each signal is rank one, and the first few after a restart would otherwise leave
+    every direction they have not touched far wider than the estimate, where the
+    proposals are then rejected and teach nothing; never more than the estimate holds,
+    so a window that leaves it worth fewer than ``d`` signals forgets nothing.
+    ``sigma^2`` follows ``tr(A)``, so the normalized step is kept.
     """
 
     def restart(state):
         dtype = state.step_size.dtype
-        dim = state.whitened_grad.shape[-1]
         held = jnp.asarray(prior_weight, dtype) + jnp.asarray(state.count, dtype)
-        kept = jnp.minimum(jnp.asarray(dim, dtype), held)
+        kept = jnp.minimum(jnp.asarray(state.whitened_grad.shape[-1], dtype), held)
         factor = held / kept  # F_0' = F_n / factor: R and A grow by it
         scale = jnp.sqrt(factor)
         return state._replace(
@@ -420,8 +419,9 @@ def fisher_mala_warmup(
         ``lambda diag(1 / v)``, in the posterior's own units.
     restart_windows
         Lengths of the windows at the start of the adaptive phase after each of which the
-        recursion restarts from its estimate (:func:`_restart`: ``d`` signals' worth of
-        it), forgetting the signals drawn with an ``A`` further from the fixed point;
+        recursion restarts from its estimate (:func:`_restart`: ``min(d, what it holds)``
+        signals' worth of it), forgetting the signals drawn with an ``A`` further from the
+        fixed point;
         Fisher NUTS uses ``(25, 50, 100, 200)``. ``()``: one running average
         (Algorithm 1).
 
@@ -493,15 +493,16 @@ def fisher_mala_warmup(
         first_enter = enter_scaled if fast_start else enter
         lengths, left = [], num_steps - num_mala
         for w in windows:  # each restarts from the estimate so far (_restart)
-            if min(w, left) <= 0:
+            if left <= 0:
                 break
             lengths.append(min(w, left))
             left -= lengths[-1]
         weights = _kept_weights(damping, lengths, ravel(position).shape[0])
-        enters = ([first_enter] + [_restart(weight) for weight in weights[:-2]])[: len(lengths)]
+        # the hand-over into each window after the first, then into the main part
+        restarts = [_restart(weight) for weight in weights[:-1]]
+        enters = [first_enter, *restarts]
         lead = [Phase("fisher_window", length, fisher_step, split_key((2, 1)), enter=enter)
-                for length, enter in zip(lengths, enters, strict=True)]  # fmt: skip
-        restart = _restart(weights[-2]) if lengths else None
+                for length, enter in zip(lengths, enters, strict=False)]  # fmt: skip
         phases = (
             _scouting_phase(logdensity_fn, num_mala, target, key)
             if fast_start
@@ -512,7 +513,7 @@ def fisher_mala_warmup(
                 left,
                 fisher_step,
                 split_key((2, 1)),
-                enter=restart if lead else first_enter,
+                enter=enters[len(lengths)],
                 block=block,
                 finish_block=fisher.refresh_trace,
                 snapshot=_precond_snapshot(record_precond),
