@@ -48,7 +48,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from fisher_mala import convergence
+from fisher_mala import convergence, convergence_pass
 from fisher_mala.adaptations.step_size import step_size_bounds
 
 __all__ = [
@@ -240,16 +240,15 @@ def _pooled_moments(x):
     return mean, np.sqrt(var)
 
 
-def _check_disagreement(names, x, alpha, budget):
-    num_chains, _, dim = x.shape
+def _check_disagreement(names, moments, alpha):
+    """``moments``: the :class:`~fisher_mala.convergence_pass.CoordinateDiagnostics` of
+    the draws (each chain's mean, variance and ESS of the mean)."""
+    num_chains, dim = moments.chain_mean.shape
     if num_chains < 2:
         return None
+    means = moments.chain_mean
     with np.errstate(invalid="ignore", divide="ignore"):
-        means, variances = convergence.by_coordinate_blocks(
-            lambda b: _moments(b, axis=1), x, budget
-        )  # (C, D) each
-        ess = convergence.by_coordinate_blocks(convergence.per_chain_ess_mean, x, budget)
-        var_of_mean = variances / ess  # squared MCSE, (C, D)
+        var_of_mean = moments.chain_var / moments.chain_ess_mean  # squared MCSE, (C, D)
         others, others_var = _centre_of_others(means, var_of_mean)
         z = (means - others) / np.sqrt(var_of_mean + others_var)
     bound = NormalDist().inv_cdf(1.0 - alpha / (2 * num_chains * dim))
@@ -317,7 +316,6 @@ def longest_rejection_streaks(is_accepted) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_streaks(names, x, is_accepted, alpha, min_share):
     num_chains, num_draws, _ = x.shape
-    centre, scale = _pooled_moments(x)
     lengths, starts = longest_rejection_streaks(is_accepted)
     hits = []
     for c in range(num_chains):
@@ -329,6 +327,8 @@ def _check_streaks(names, x, is_accepted, alpha, min_share):
         # when each proposal is accepted independently with probability `rate`.
         expected = num_draws * rate * (1.0 - rate) ** length
         if expected < alpha and length >= max(min_share * num_draws, STREAK_MIN_LENGTH):
+            if not hits:
+                centre, scale = _pooled_moments(x)
             with np.errstate(invalid="ignore", divide="ignore"):
                 z = (x[c, start] - centre) / scale
             z = np.where(np.isfinite(z), z, 0.0)
@@ -484,14 +484,15 @@ def diagnose(
     budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        rhat, bulk, tail = convergence.by_coordinate_blocks(convergence.rhat_and_ess, x, budget)
+        per_coordinate = convergence_pass.diagnostics_pass(x, budget_bytes=budget)
+        rhat, bulk, tail = per_coordinate.rhat, per_coordinate.ess_bulk, per_coordinate.ess_tail
         stats = result.sample_stats
         rates = np.asarray(stats["acceptance_rate"], np.float64).mean(axis=-1)
         streaks = None
         findings = [
             _check_rhat(names, rhat, max_rhat),
             _check_ess(names, bulk, tail, num_chains, min_ess_per_chain),
-            _check_disagreement(names, x, disagreement_alpha, budget),
+            _check_disagreement(names, per_coordinate, disagreement_alpha),
             _check_acceptance(
                 rates, getattr(result, "target_acceptance", None), acceptance_tolerance
             ),

@@ -1,0 +1,431 @@
+"""Every per-coordinate diagnostic :func:`fisher_mala.diagnose` needs, in one pass (layer 6).
+
+:mod:`fisher_mala.convergence` has ArviZ's estimators one at a time; the checks need
+several of them on the same draws: the rank-normalized split R-hat, the bulk and tail ESS,
+and for the chains-disagree check each chain's mean, variance and ESS of the mean. Here they
+share their work, over a block of coordinates laid out ``(D, chains, draws)`` so that every
+step runs over contiguous rows:
+
+* one sort per coordinate, in the draws' own dtype (float32 values and their indices
+  packed into one ``uint64`` key: a plain sort instead of an ``argsort``), serves the
+  ranks of the bulk, the median, both tail quantiles;
+* the folded draws ``|x - median|`` of the R-hat's tail part are ordered by merging the two
+  sorted runs either side of the median (a stable sort of two runs is a merge), not by a
+  second full sort;
+* one real FFT of the bulk's normal scores, both tail indicators and the raw split chains,
+  written into one zero-padded buffer (no copy for the padding);
+* one inverse transform per coordinate and group (the chains' spectra averaged first), and
+  Geyer's initial monotone sequence vectorized over all of them at once;
+* transforms only as long as the sums need: a first coordinate is transformed with every
+  lag, and the others are zero-padded to ``N/2 + 2 L + 64``, ``L`` the lag its sums
+  stopped at; a coordinate whose sums go past what that padding holds exactly is
+  transformed again with every lag. A well-mixing chain's sums stop after tens of lags,
+  and its transforms are about half as long.
+
+The results equal those of :mod:`fisher_mala.convergence` (and so ArviZ 1.x) to rounding
+(``tests/test_convergence_pass.py``).
+"""
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import numpy as np
+
+from fisher_mala import convergence
+
+__all__ = ["CoordinateDiagnostics", "diagnostics_pass"]
+
+
+class CoordinateDiagnostics(NamedTuple):
+    """Per-coordinate diagnostics of ``(C, N, D)`` draws.
+
+    Attributes
+    ----------
+    rhat, ess_bulk, ess_tail
+        ``(D,)``: rank-normalized split R-hat (NaN with one chain), bulk and tail ESS.
+    chain_mean, chain_var
+        ``(C, D)``: each chain's mean and variance (``ddof=0``), NaN where it has a NaN.
+    chain_ess_mean
+        ``(C, D)``: each chain's ESS of the mean, its two halves as two chains.
+    """
+
+    rhat: np.ndarray
+    ess_bulk: np.ndarray
+    ess_tail: np.ndarray
+    chain_mean: np.ndarray
+    chain_var: np.ndarray
+    chain_ess_mean: np.ndarray
+
+
+def _sort_row(row: np.ndarray):
+    """``(order, ordered)`` of one row: ``order`` the index of each value in sorted order,
+    ``ordered`` the values sorted (float64).
+
+    A float32 row is sorted as ``uint64`` keys, the value's order-preserving bits above its
+    index: one plain sort gives both (ties come out in index order, which the average
+    ranks do not see).
+    """
+    if row.dtype == np.float32 and row.size < 2**32:
+        bits = row.view(np.uint32)
+        # Order-preserving bits: flip every bit of a negative value, the sign of the others
+        # (in place: the working memory is that of the keys).
+        flip = bits >> 31
+        flip *= np.uint32(0x7FFFFFFF)
+        flip ^= bits
+        flip ^= np.uint32(1 << 31)
+        keys = flip.astype(np.uint64)
+        del flip
+        keys <<= np.uint64(32)
+        keys |= np.arange(row.size, dtype=np.uint64)
+        keys.sort()
+        halves = keys.view(np.uint32).reshape(-1, 2)  # little-endian: (index, value bits)
+        index, value = (0, 1) if np.little_endian else (1, 0)
+        order = halves[:, index].copy()
+        high = halves[:, value]
+        bits = ~high  # the draw's bits: undo the flips
+        flip = high >> 31
+        flip *= np.uint32(0x7FFFFFFF)
+        bits ^= flip
+        del keys, halves, high, flip
+        return order, bits.view(np.float32).astype(np.float64)
+    order = np.argsort(row)
+    return order, row[order].astype(np.float64)
+
+
+@functools.lru_cache(maxsize=8)
+def _score_table(size: int) -> np.ndarray:
+    """Blom's normal score of every average rank ``1, 1.5, ..., size`` of ``size`` values,
+    indexed by ``2 r - 2``."""
+    from scipy.special import ndtri
+
+    ranks = np.arange(2 * size - 1) / 2.0 + 1.0
+    offset = convergence.BLOM_OFFSET
+    table = ndtri((ranks - offset) / (size - 2 * offset + 1))
+    table.flags.writeable = False
+    return table
+
+
+def _scores_in_order(ordered: np.ndarray) -> np.ndarray:
+    """Blom's normal scores of the average ranks of the sorted values ``ordered`` (ties
+    share the mean of their ranks), in that order."""
+    size = ordered.size
+    table = _score_table(size)
+    starts_run = np.empty(size, bool)  # a new value
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
+    starts_run[0] = True
+    run_starts = np.flatnonzero(starts_run)
+    if run_starts.size == size:  # no ties: the ranks are the positions
+        return table[::2].copy()
+    twice = np.empty_like(run_starts)  # 2 r - 2 of each run, r its average rank
+    twice[:-1] = run_starts[1:]
+    twice[-1] = size
+    twice += run_starts
+    twice -= 1
+    del run_starts
+    per_run = table[twice]
+    del twice
+    run = np.cumsum(starts_run, dtype=np.intp)  # 1 + each value's run (np.repeat holds
+    del starts_run  # the GIL; these release it for the other threads)
+    run -= 1
+    return per_run[run]
+
+
+def _ranked(row: np.ndarray):
+    """``(z, z_folded, ordered)``: the normal scores of one coordinate's split draws
+    ``row`` (flat), those of ``|row - median|``, and the draws sorted."""
+    order, ordered = _sort_row(row)
+    z = np.empty(row.size)
+    z[order] = _scores_in_order(ordered)
+    middle = row.size // 2  # the median, as np.median reads it off the sorted values
+    median = ordered[middle] if row.size % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    below = np.searchsorted(ordered, median)
+    # |x - median| in sorted order: the two runs either side of the median, merged (a
+    # stable sort of two sorted runs is one merge).
+    folded = np.empty(row.size)
+    np.subtract(median, ordered[:below][::-1], out=folded[:below])
+    np.subtract(ordered[below:], median, out=folded[below:])
+    merge = np.argsort(folded, kind="stable")
+    positions = np.empty_like(order)
+    positions[:below], positions[below:] = order[:below][::-1], order[below:]
+    del order
+    positions, folded = positions[merge], folded[merge]
+    del merge
+    z_folded = np.empty(row.size)
+    z_folded[positions] = _scores_in_order(folded)
+    return z, z_folded, ordered
+
+
+def _rhat_of_rows(z: np.ndarray) -> np.ndarray:
+    """Basic R-hat of ``(D, chains, draws)``."""
+    num_draws = z.shape[-1]
+    between = num_draws * np.var(z.mean(axis=-1), axis=-1, ddof=1)
+    within = np.mean(np.var(z, axis=-1, ddof=1), axis=-1)
+    return np.sqrt((between / within + num_draws - 1) / num_draws)
+
+
+def _split(rows: np.ndarray) -> np.ndarray:
+    """``(D, 2 C, N // 2)``: chain ``c``'s first half is split chain ``2 c``, its last
+    half ``2 c + 1`` (the middle draw of an odd ``N`` left out)."""
+    num, chains, n = rows.shape
+    half = n // 2
+    if n % 2 == 0:
+        return rows.reshape(num, 2 * chains, half)
+    return np.stack([rows[..., :half], rows[..., n - half :]], axis=2).reshape(
+        num, 2 * chains, half
+    )
+
+
+def _first_stop(rho: np.ndarray) -> np.ndarray:
+    """``(R,)``: the lag up to which Geyer's initial positive sequence looks, from the
+    autocorrelations ``rho`` ``(R, K)`` (``K`` when no pair sum before it is non-positive)."""
+    num_pairs = rho.shape[1] // 2
+    pairs = rho[:, 0 : 2 * num_pairs : 2] + rho[:, 1 : 2 * num_pairs : 2]
+    not_positive = ~(pairs > 0)
+    found = not_positive.any(axis=1)
+    return np.where(found, 2 * np.argmax(not_positive, axis=1) + 1, rho.shape[1])
+
+
+def _group_ess(mean_power, size, n, chain_means, lows, highs):
+    """``(ess, complete, looked)``: Geyer's ESS of groups of ``K`` chains of ``n`` draws
+    each, from each group's mean power spectrum ``(R, F)`` of the draws zero-padded to
+    ``size``, its chains' means ``(R, K)`` and their smallest and largest values
+    ``(R, K)`` (as :func:`fisher_mala.convergence._ess_of_spectra`).
+
+    A ``size`` under ``2 n - 1`` gives the exact autocovariances up to lag ``size - n``
+    only: a group whose sum stops well inside them is ``complete`` (the same ESS as from
+    all of them); the others are NaN here. ``looked``: the largest lag looked at.
+    """
+    from numpy import fft
+
+    num_chains = chain_means.shape[-1]
+    total = num_chains * n
+    known = min(n, size - n + 1)  # the lags of the linear (not circular) autocovariance
+    acov = fft.irfft(mean_power, n=size, axis=-1)[..., :known] / n
+    constant = (highs.max(axis=-1) - lows.min(axis=-1)) < np.finfo(float).resolution
+    mean_var = acov[:, 0] * n / (n - 1.0)
+    var_plus = mean_var * (n - 1.0) / n
+    if num_chains > 1:
+        var_plus = var_plus + np.var(chain_means, axis=-1, ddof=1)
+    rho = 1.0 - (mean_var[:, None] - acov) / var_plus[:, None]
+    rho[:, 0] = 1.0
+    stops = _first_stop(rho)
+    # Geyer's sum looks one pair past the first non-positive pair sum: a margin of 4 lags
+    # inside the exact ones leaves it the same as with every lag (its limit included).
+    complete = (known == n) | constant | (stops + 4 <= known - 1)
+    value = np.full(rho.shape[0], np.nan)
+    if complete.any():
+        value[complete] = convergence._geyer(rho[complete], total, False)
+    value = np.where(constant, float(total), value)
+    return value, complete, int(np.max(np.where(complete, stops, 0), initial=0))
+
+
+def _mean_power(fill, coords, shape, size: int, pairs: int):
+    """``(power, means, lows, highs)`` of one kind of series of the coordinates
+    ``coords``: ``fill(coords, out)`` writes them, ``(len(coords), 2 C, h)``, into a buffer
+    zero-padded to ``size``; ``power`` ``(len(coords), 2 C // pairs, F)`` their centred
+    power spectra averaged over consecutive groups of ``pairs`` chains, and each series'
+    mean, smallest and largest value ``(len(coords), 2 C)``."""
+    from numpy import fft
+
+    num_split, half = shape
+    padded = np.empty((len(coords), num_split, size))
+    padded[..., half:] = 0.0  # (np.zeros of a large array holds the GIL to zero it)
+    series = padded[..., :half]
+    fill(coords, series)
+    means, lows, highs = series.mean(axis=-1), series.min(axis=-1), series.max(axis=-1)
+    series -= means[..., None]
+    squares = fft.rfft(padded, axis=-1).view(np.float64)  # (..., 2 F): real, imaginary
+    del padded, series
+    squares *= squares
+    summed = squares.reshape(len(coords), num_split // pairs, pairs, -1).sum(axis=2)
+    return (summed[..., ::2] + summed[..., 1::2]) / pairs, means, lows, highs
+
+
+def _spectra_ess(fills, coords, shape, size):
+    """``(pooled, per_chain, complete, looked)`` of the coordinates ``coords`` from their
+    four kinds of series ``(2 C, h)`` (``fills``: bulk scores, the two tail indicators,
+    the raw split chains), each zero-padded to ``size`` and transformed in turn (the
+    transforms' memory is that of one kind): ``pooled`` ``(D, 3)`` the ESS of the first
+    three over all split chains, ``per_chain`` ``(D, C)`` each chain's ESS of the mean,
+    ``complete`` ``(D,)`` whether every one of a coordinate's values is (see
+    :func:`_group_ess`)."""
+    num_split, half = shape
+    dim, chains = len(coords), num_split // 2
+    pooled, pooled_complete, pooled_looked = [], [], 0
+    for fill in fills[:3]:
+        power, means, lows, highs = _mean_power(fill, coords, shape, size, num_split)
+        value, complete, looked = _group_ess(power[:, 0], size, half, means, lows, highs)
+        pooled.append(value)
+        pooled_complete.append(complete)
+        pooled_looked = max(pooled_looked, looked)
+    power, means, lows, highs = _mean_power(fills[3], coords, shape, size, 2)
+    pairs = (dim * chains, 2)  # each chain's two halves
+    per_chain, chain_complete, chain_looked = _group_ess(
+        power.reshape(dim * chains, -1), size, half, means.reshape(pairs),
+        lows.reshape(pairs), highs.reshape(pairs),
+    )  # fmt: skip
+    complete = np.all(pooled_complete, axis=0) & chain_complete.reshape(dim, -1).all(1)
+    return (
+        np.stack(pooled, axis=1),
+        per_chain.reshape(dim, chains),
+        complete,
+        max(pooled_looked, chain_looked),
+    )
+
+
+def _block(x: np.ndarray, prob, max_lag=None):
+    """:func:`diagnostics_pass` of one block of coordinates ``(C, N, D)`` (NaN, constant
+    coordinates and zero variances give NaN or the conventions above, silently: the
+    error state is per thread, so it is set here)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _block_values(x, prob, max_lag)
+
+
+def _next_fast_len(n: int) -> int:
+    """The smallest ``2^a 3^b 5^c >= n`` (``scipy.fft.next_fast_len``'s lengths for real
+    transforms, without importing ``scipy.fft``: half a second on a first call)."""
+    best = 1 << max(int(n) - 1, 0).bit_length()
+    power5 = 1
+    while power5 < best:
+        power35 = power5
+        while power35 < best:
+            length = power35
+            while length < n:
+                length *= 2
+            best = min(best, length)
+            power35 *= 3
+        power5 *= 5
+    return best
+
+
+def _block_values(x: np.ndarray, prob, max_lag):
+    chains, n, dim = x.shape
+    rows = np.ascontiguousarray(np.moveaxis(x, -1, 0))  # (D, C, N), the draws' dtype
+    chain_mean = rows.mean(axis=-1, dtype=np.float64)
+    chain_var = rows.var(axis=-1, dtype=np.float64)
+    nan_in_chain = np.isnan(chain_mean)
+    nan = np.full(dim, np.nan)
+    half = n // 2
+    if half < 2:
+        nans = np.full((chains, dim), np.nan)
+        return CoordinateDiagnostics(nan, nan, nan, chain_mean.T, chain_var.T, nans), 0
+    bad = nan_in_chain.any(axis=-1) | (n < 4)
+    if nan_in_chain.any():
+        rows = np.where(np.isnan(rows), 0, rows)
+    split = _split(rows)  # (D, 2 C, half), the draws' dtype
+    z = np.empty(split.shape)  # the bulk's normal scores
+    quantiles = np.empty((dim, 2))
+    rhat = np.empty(dim)
+    for j in range(dim):  # a few coordinates per block: the loop costs nothing
+        z_j, z_folded, ordered = _ranked(split[j].reshape(-1))
+        z[j] = z_j.reshape(split.shape[1:])
+        z_folded = z_folded.reshape(split.shape[1:])
+        rhat[j] = max(_rhat_of_rows(z[j][None])[0], _rhat_of_rows(z_folded[None])[0])
+        # The quantiles are of all draws: read from the sorted split draws when N is even.
+        quantiles[j] = np.quantile(ordered if 2 * half == n else rows[j].astype(float), prob)
+        del z_j, z_folded, ordered
+    if chains < 2:
+        rhat = nan
+    low, high = np.sort(quantiles, axis=-1).T
+    fills = [  # the four kinds of series, written into the transforms' buffers in turn
+        lambda c, out: np.copyto(out, z[c]),
+        lambda c, out: np.less_equal(split[c], low[c, None, None], out=out),
+        lambda c, out: np.less_equal(split[c], high[c, None, None], out=out),
+        lambda c, out: np.copyto(out, split[c]),
+    ]
+    full = _next_fast_len(2 * half)
+    # Padding to `half + lag` gives the autocovariances up to `lag`: enough when the sums
+    # stop early (a mixing chain), at about half the cost of the transform of 2 `half`.
+    size = full if max_lag is None else min(full, _next_fast_len(half + 2 * max_lag + 64))
+    every = np.arange(dim)
+    pooled, per_chain, complete, looked = _spectra_ess(fills, every, split.shape[1:], size)
+    if not complete.all():  # the sums of these coordinates go on: every lag
+        redo = every[~complete]
+        pooled[redo], per_chain[redo], _, looked_redo = _spectra_ess(
+            fills, redo, split.shape[1:], full
+        )
+        looked = max(looked, looked_redo)
+    bulk, tail_low, tail_high = pooled.T
+    chain_ess = np.where(nan_in_chain, np.nan, per_chain)
+    values = CoordinateDiagnostics(
+        np.where(bad, np.nan, rhat),
+        np.where(bad, np.nan, bulk),
+        np.where(bad, np.nan, np.minimum(tail_low, tail_high)),
+        chain_mean.T,
+        chain_var.T,
+        chain_ess.T,
+    )
+    return values, looked
+
+
+#: Peak working memory of a block of ``W`` coordinates, in bytes per draw of one coordinate:
+#: ``max(RANKING + KEPT W, TRANSFORMS W)``. Ranking one coordinate at a time (sort keys,
+#: orders, both normal scores) holds ``RANKING``; each coordinate keeps its draws and bulk
+#: scores (``KEPT``); the transforms of one kind of series hold a zero-padded buffer and its
+#: spectrum per coordinate (``TRANSFORMS``). Measured with ``tracemalloc``
+#: (``tests/test_convergence_pass.py`` checks the bound).
+RANKING_BYTES, KEPT_BYTES, TRANSFORMS_BYTES = 72, 12, 48
+
+
+def _block_bytes(width: int, values: int) -> int:
+    """Peak working memory of a block of ``width`` coordinates of ``values`` draws each."""
+    return values * max(RANKING_BYTES + KEPT_BYTES * width, TRANSFORMS_BYTES * width)
+
+
+def _plan(x: np.ndarray, budget_bytes):
+    """``(workers, blocks)``: threads, and slices of the coordinates: a first one of one
+    coordinate (its autocorrelations' length sets the transforms' length of the others),
+    then blocks of the others whose working memory, ``workers`` of them in flight, fits
+    ``budget_bytes`` (one coordinate at a time on one thread when even that does not)."""
+    dim, values = x.shape[-1], x.shape[0] * max(x.shape[1], 1)
+    workers = max(1, min(os.cpu_count() or 1, dim - 1))
+    if budget_bytes is None:
+        width = dim
+    else:
+        workers = max(1, min(workers, budget_bytes // _block_bytes(1, values)))
+        per_value = budget_bytes / workers / values
+        width = int(min(per_value / TRANSFORMS_BYTES, (per_value - RANKING_BYTES) / KEPT_BYTES))
+    width = max(1, min(width, -(-(dim - 1) // workers)))
+    return workers, [slice(0, 1)] + [slice(i, min(i + width, dim)) for i in range(1, dim, width)]
+
+
+def diagnostics_pass(x, prob=(0.05, 0.95), budget_bytes=None) -> CoordinateDiagnostics:
+    """Every diagnostic of :class:`CoordinateDiagnostics` of draws ``x`` ``(C, N, D)``.
+
+    Parameters
+    ----------
+    x
+        The draws, any float dtype (float32 draws are sorted as float32).
+    prob
+        The tail ESS's two quantiles.
+    budget_bytes
+        Working memory of the blocks of coordinates in flight (no bound when None). The
+        blocks run on a thread per core (NumPy's sorts, transforms and reductions release
+        the GIL), fewer when one coordinate's work per thread would not fit.
+
+    Returns
+    -------
+    CoordinateDiagnostics
+        The same values as ``convergence.rhat_and_ess``, ``per_chain_ess_mean`` and each
+        chain's moments, with ArviZ's conventions (NaN for a coordinate with a NaN, for
+        fewer than 4 draws; R-hat NaN with one chain).
+    """
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    if x.shape[-1] == 0:
+        return _block(x, prob)[0]
+    workers, (first, *rest) = _plan(x, budget_bytes)
+    # Every block on the pool's threads, or all on this one: each thread that allocates
+    # keeps its own malloc arena, which holds on to up to a block's memory once freed.
+    if workers == 1 or not rest:
+        values, looked = _block(x[..., first], prob)
+        parts = [values] + [_block(x[..., b], prob, looked)[0] for b in rest]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            values, looked = pool.submit(_block, x[..., first], prob).result()
+            parts = [values]
+            parts += [v for v, _ in pool.map(lambda b: _block(x[..., b], prob, looked), rest)]
+    return CoordinateDiagnostics(*(np.concatenate(p, axis=-1) for p in zip(*parts, strict=True)))

@@ -1,0 +1,101 @@
+"""The one-pass diagnostics against the estimators one at a time (and so ArviZ 1.x)."""
+
+import numpy as np
+import pytest
+
+from fisher_mala import convergence, convergence_pass
+from tests.test_convergence import CASES, RNG, ar1
+
+
+def _expected(x):
+    rhat, bulk, tail = convergence.rhat_and_ess(x)
+    x64 = np.asarray(x, np.float64)
+    return {
+        "rhat": rhat,
+        "ess_bulk": bulk,
+        "ess_tail": tail,
+        "chain_mean": x64.mean(axis=1),
+        "chain_var": x64.var(axis=1),
+        "chain_ess_mean": convergence.per_chain_ess_mean(x),
+    }
+
+
+def _float32_rejections():
+    x = CASES["rejections"]().astype(np.float32)
+    x[:, :7, 0] = -0.0  # signed zeros tie with the zeros
+    x[:, 7:14, 0] = 0.0
+    return x
+
+
+PASS_CASES = {
+    **CASES,
+    "float32": lambda: ar1(4, 1000, 5, 0.8).astype(np.float32),
+    "float32_ties": _float32_rejections,
+    "float32_odd_draws": lambda: ar1(3, 301, 3, 0.5).astype(np.float32),
+    "nan_in_one_chain": lambda: np.where(
+        np.arange(3)[:, None, None] == 1, np.nan, ar1(3, 401, 2, 0.6)
+    )
+    * np.array([1.0, 0.0])
+    + ar1(3, 401, 2, 0.6) * np.array([0.0, 1.0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PASS_CASES))
+@pytest.mark.parametrize("blocks", [False, True])
+def test_the_pass_equals_the_estimators_one_at_a_time(case, blocks):
+    x = PASS_CASES[case]()
+    budget = 1 if blocks else None  # one coordinate per block, on threads
+    got = convergence_pass.diagnostics_pass(x, budget_bytes=budget)
+    for name, expected in _expected(x).items():
+        np.testing.assert_allclose(
+            getattr(got, name), expected, rtol=1e-9, atol=0, equal_nan=True, err_msg=name
+        )
+
+
+def test_float32_keys_sort_as_the_values():
+    rows = RNG.normal(size=(3, 999)).astype(np.float32)
+    rows[0, :50] = rows[0, 50:100]  # ties
+    rows[1, :5] = [np.inf, -np.inf, -0.0, 0.0, np.float32(1e-45)]
+    for row in rows:
+        order, ordered = convergence_pass._sort_row(row)
+        np.testing.assert_array_equal(ordered, np.sort(row.astype(np.float64)))
+        np.testing.assert_array_equal(row[order], ordered)
+
+
+@pytest.mark.parametrize("max_lag", [1, 8, 64])
+def test_transforms_shorter_than_every_lag_give_the_same_values(max_lag):
+    """A short transform serves the coordinates whose sums stop early; the others are
+    redone with every lag (an AR(1) chain with rho = 0.99 looks far)."""
+    x = np.concatenate([RNG.normal(size=(4, 1000, 3)), ar1(4, 1000, 2, 0.99)], axis=-1)
+    full, looked = convergence_pass._block(x, (0.05, 0.95))
+    short, _ = convergence_pass._block(x, (0.05, 0.95), max_lag)
+    assert looked > 64  # the AR(1) coordinates need more than the shortest transforms
+    for name in full._fields:
+        np.testing.assert_allclose(getattr(short, name), getattr(full, name), rtol=1e-12)
+
+
+def test_transform_lengths_are_scipys_fast_lengths():
+    from scipy.fft import next_fast_len
+
+    for n in [*range(1, 3000), 19_999, 20_000, 20_001, 10**6 + 1]:
+        assert convergence_pass._next_fast_len(n) == next_fast_len(n, real=True), n
+
+
+def test_the_working_memory_stays_within_its_bound():
+    import tracemalloc
+
+    x = ar1(4, 20_000, 9, 0.9).astype(np.float32)
+    values = 4 * 20_000
+    convergence_pass._block(x[..., :1], (0.05, 0.95))  # the normal-score table, cached
+    for width in (1, 2, 4, 8):
+        tracemalloc.start()
+        convergence_pass._block(x[..., :width], (0.05, 0.95))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak <= convergence_pass._block_bytes(width, values), width
+    budget = 2 * convergence_pass._block_bytes(2, values)
+    tracemalloc.start()
+    convergence_pass.diagnostics_pass(x, budget_bytes=budget)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= budget
