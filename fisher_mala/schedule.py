@@ -167,6 +167,11 @@ class Phase(NamedTuple):
     progress_of
         ``state -> iterations of this phase done`` (a traced count), needed to resume a
         run stopped inside the phase (:func:`resume_schedule`).
+    before_step
+        ``(state, iteration) -> state`` before each iteration (``iteration`` counted from
+        the start of the warm-up): hand-overs inside the phase, e.g. the restarts of
+        :func:`~fisher_mala.warmups.fisher_mala_warmup`'s windows, so that windows of
+        different lengths share one compiled loop.
     """
 
     name: str
@@ -181,6 +186,7 @@ class Phase(NamedTuple):
     fold_in: Callable = jax.random.fold_in
     chains_first: bool = False
     progress_of: Callable | None = None
+    before_step: Callable = lambda state, iteration: state
 
 
 class Schedule(NamedTuple):
@@ -251,6 +257,7 @@ def iterate(phase: Phase, rng_key, state, num_steps: int, offset, progress=None)
     key = phase.key(rng_key)
 
     def step_fn(state, iteration):
+        state = phase.before_step(state, iteration)
         return phase.step(phase.fold_in(key, iteration), state)
 
     if phase.block is None:

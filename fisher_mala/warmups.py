@@ -290,6 +290,22 @@ def _restart(prior_weight) -> Callable:
     return restart
 
 
+def _restarts_at(iterations, restarts) -> Callable:
+    """``(state, iteration) -> state``: ``restarts[k]`` applied before warm-up iteration
+    ``iterations[k]``, the state as it is before every other iteration (one
+    ``lax.switch``, so that the windows share one compiled loop body)."""
+    iterations = tuple(int(i) for i in iterations)
+    if not iterations:
+        return lambda state, iteration: state
+    branches = [lambda state: state, *restarts]
+
+    def before_step(state, iteration):
+        index = sum((iteration == i) * (k + 1) for k, i in enumerate(iterations))
+        return jax.lax.switch(index, branches, state)
+
+    return before_step
+
+
 def _kept_weights(damping, lengths, dim: int) -> list[float]:
     """The prior weight (in signals) each restart window starts with, and then the main
     part: ``lambda``, then ``min(d, previous + length)`` (:func:`_restart`)."""
@@ -501,8 +517,12 @@ def fisher_mala_warmup(
         # the hand-over into each window after the first, then into the main part
         restarts = [_restart(weight) for weight in weights[:-1]]
         enters = [first_enter, *restarts]
-        lead = [Phase("fisher_window", length, fisher_step, split_key((2, 1)), enter=enter)
-                for length, enter in zip(lengths, enters, strict=False)]  # fmt: skip
+        lead = (  # the windows: one loop, restarted where each window after the first begins
+            [Phase("fisher_windows", sum(lengths), fisher_step, split_key((2, 1)),
+                   enter=first_enter,
+                   before_step=_restarts_at(num_mala + np.cumsum(lengths[:-1]), enters[1:-1]))]
+            if lengths else []
+        )  # fmt: skip
         phases = (
             _scouting_phase(logdensity_fn, num_mala, target, key)
             if fast_start
