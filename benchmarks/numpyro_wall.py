@@ -7,13 +7,17 @@
 Three models (a hierarchical negative-binomial count model, a logistic regression, a
 latent Gaussian-process Poisson model; synthetic data, fixed seeds), float64, 1000
 warm-up and 1000 draws per chain (FisherMALA: 5000 + 5000, a MALA-type sampler's
-lengths), ``chain_method="sequential"``, 1 and 4 chains. Wall time: ``MCMC.run`` by the
-clock, compilation included; min bulk ESS over every latent coordinate (ArviZ's
-rank-normalized, over the chains). Cells in ``benchmarks/results/numpyro_wall/``.
+lengths), ``chain_method="sequential"``, 1 and 4 chains, each cell in a fresh process (no
+cell reuses what another compiled). Wall time: ``MCMC.run`` by the clock, compilation
+included (the imports and the model's set-up before it are not); min bulk ESS over every
+latent coordinate (ArviZ's rank-normalized, over the chains). Cells in
+``benchmarks/results/numpyro_wall/``.
 """
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -93,14 +97,10 @@ def cell(model_name: str, kernel_name: str, chains: int) -> dict:
               "fisher_nuts_warm": fm.FisherNUTSKernel,
               "fisher_mala": fm.FisherMALAKernel}[kernel_name](model)  # fmt: skip
     num = num_warmup = LENGTHS[kernel_name]
-    if kernel_name == "fisher_nuts_warm":
-        from numpyro.infer.util import initialize_model
-
-        from fisher_mala.numpyro_kernel import suggested_num_warmup
-
-        params = initialize_model(jax.random.key(0), model, model_args=args, model_kwargs=kwargs)
-        dim = sum(np.size(v) for v in jax.tree.leaves(params[0][0]))
-        num_warmup = max(num, suggested_num_warmup(kernel, dim))
+    if kernel_name == "fisher_nuts_warm":  # found in another process: nothing of it compiled here
+        command = [sys.executable, "-m", "benchmarks.numpyro_wall", "--suggest", model_name]
+        num_warmup = int(subprocess.run(command, check=True, capture_output=True, text=True)
+                         .stdout.split()[-1])  # fmt: skip
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num, num_chains=chains,
                 chain_method="sequential", progress_bar=False)  # fmt: skip
     start = time.perf_counter()
@@ -126,6 +126,20 @@ def cell(model_name: str, kernel_name: str, chains: int) -> dict:
     path.write_text(json.dumps(out, indent=1))
     print(out, flush=True)
     return out
+
+
+def suggested(model_name: str) -> int:
+    """The warm-up that ``FisherNUTSKernel``'s short-warm-up warning asks for (at least
+    1000) on ``model_name``."""
+    from numpyro.infer.util import initialize_model
+
+    import fisher_mala as fm
+    from fisher_mala.numpyro_kernel import suggested_num_warmup
+
+    model, args, kwargs = _models()[model_name]
+    params = initialize_model(jax.random.key(0), model, model_args=args, model_kwargs=kwargs)
+    dim = sum(np.size(v) for v in jax.tree.leaves(params[0][0]))
+    return max(LENGTHS["fisher_nuts_warm"], suggested_num_warmup(fm.FisherNUTSKernel(model), dim))
 
 
 def render() -> str:
@@ -158,17 +172,31 @@ def render() -> str:
     return text
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="the table only")
-    args = parser.parse_args()
-    with jax.enable_x64(True):
-        if not args.render:
-            for model in ("count", "logistic", "gp_latent"):
-                for chains in CHAINS:
-                    for kernel in KERNELS:
-                        cell(model, kernel, chains)
-        print(render())
+    parser.add_argument("--cell", nargs=3, metavar=("MODEL", "KERNEL", "CHAINS"),
+                        help="one cell, in this process (each cell's fresh process)")  # fmt: skip
+    parser.add_argument("--suggest", metavar="MODEL", help="print the warmer warm-up's length")
+    args = parser.parse_args(argv)
+    if args.suggest:
+        with jax.enable_x64(True):
+            print(suggested(args.suggest))
+        return
+    if args.cell:
+        model, kernel, chains = args.cell
+        with jax.enable_x64(True):
+            cell(model, kernel, int(chains))
+        return
+    if not args.render:
+        for model in ("count", "logistic", "gp_latent"):
+            for chains in CHAINS:
+                for kernel in KERNELS:
+                    if not (RESULTS / f"{model}_{kernel}_{chains}.json").exists():
+                        # a fresh process: no cell reuses what another compiled
+                        command = ["-m", "benchmarks.numpyro_wall", "--cell", model, kernel]
+                        subprocess.run([sys.executable, *command, str(chains)], check=True)
+    print(render())
 
 
 if __name__ == "__main__":
