@@ -3,6 +3,7 @@
 
     python -m benchmarks.numpyro_wall            # every cell, cached; then the table
     python -m benchmarks.numpyro_wall --render   # the table only
+    python -m benchmarks.numpyro_wall --cell gp_latent fisher_nuts 4 --set metric=diagonal
 
 Three models (a hierarchical negative-binomial count model, a logistic regression, a
 latent Gaussian-process Poisson model; synthetic data, fixed seeds), float64, 1000
@@ -83,9 +84,10 @@ def _models():
     }
 
 
-def cell(model_name: str, kernel_name: str, chains: int) -> dict:
+def cell(model_name: str, kernel_name: str, chains: int, options=None) -> dict:
+    """One cell (cached), or with ``options`` for the Fisher kernel: printed, not cached."""
     path = RESULTS / f"{model_name}_{kernel_name}_{chains}.json"
-    if path.exists():
+    if path.exists() and not options:
         return json.loads(path.read_text())
     from numpyro.infer import MCMC, NUTS
 
@@ -93,9 +95,10 @@ def cell(model_name: str, kernel_name: str, chains: int) -> dict:
     from fisher_mala import convergence
 
     model, args, kwargs = _models()[model_name]
-    kernel = {"nuts": NUTS, "fisher_nuts": fm.FisherNUTSKernel,
-              "fisher_nuts_warm": fm.FisherNUTSKernel,
-              "fisher_mala": fm.FisherMALAKernel}[kernel_name](model)  # fmt: skip
+    kernels = {"nuts": NUTS, "fisher_nuts": fm.FisherNUTSKernel,
+               "fisher_nuts_warm": fm.FisherNUTSKernel,
+               "fisher_mala": fm.FisherMALAKernel}  # fmt: skip
+    kernel = kernels[kernel_name](model, **(options or {}))
     num = num_warmup = LENGTHS[kernel_name]
     if kernel_name == "fisher_nuts_warm":  # found in another process: nothing of it compiled here
         command = [sys.executable, "-m", "benchmarks.numpyro_wall", "--suggest", model_name]
@@ -122,6 +125,9 @@ def cell(model_name: str, kernel_name: str, chains: int) -> dict:
         "min_ess": float(np.nanmin(ess)),
         "ess_per_second": float(np.nanmin(ess)) / seconds,
     }
+    if options:
+        print({**out, "options": options}, flush=True)
+        return out
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     print(out, flush=True)
@@ -178,6 +184,8 @@ def main(argv=None) -> None:
     parser.add_argument("--cell", nargs=3, metavar=("MODEL", "KERNEL", "CHAINS"),
                         help="one cell, in this process (each cell's fresh process)")  # fmt: skip
     parser.add_argument("--suggest", metavar="MODEL", help="print the warmer warm-up's length")
+    parser.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
+                        help="with --cell: a kernel option (a string), not cached")  # fmt: skip
     args = parser.parse_args(argv)
     if args.suggest:
         with jax.enable_x64(True):
@@ -185,8 +193,9 @@ def main(argv=None) -> None:
         return
     if args.cell:
         model, kernel, chains = args.cell
+        options = dict(option.split("=", 1) for option in args.set)
         with jax.enable_x64(True):
-            cell(model, kernel, int(chains))
+            cell(model, kernel, int(chains), options)
         return
     if not args.render:
         for model in ("count", "logistic", "gp_latent"):
