@@ -157,14 +157,6 @@ def _ranked(row: np.ndarray):
     return z, z_folded, ordered
 
 
-def _rhat_of_rows(z: np.ndarray) -> np.ndarray:
-    """Basic R-hat of ``(D, chains, draws)``."""
-    num_draws = z.shape[-1]
-    between = num_draws * np.var(z.mean(axis=-1), axis=-1, ddof=1)
-    within = np.mean(np.var(z, axis=-1, ddof=1), axis=-1)
-    return np.sqrt((between / within + num_draws - 1) / num_draws)
-
-
 def _split(rows: np.ndarray) -> np.ndarray:
     """``(D, 2 C, N // 2)``: chain ``c``'s first half is split chain ``2 c``, its last
     half ``2 c + 1`` (the middle draw of an odd ``N`` left out)."""
@@ -322,7 +314,8 @@ def _block_values(x: np.ndarray, prob, max_lag):
         z_j, z_folded, ordered = _ranked(split[j].reshape(-1))
         z[j] = z_j.reshape(split.shape[1:])
         z_folded = z_folded.reshape(split.shape[1:])
-        rhat[j] = max(_rhat_of_rows(z[j][None])[0], _rhat_of_rows(z_folded[None])[0])
+        rhat[j] = max(convergence._rhat_basic(z[j][..., None])[0],
+                      convergence._rhat_basic(z_folded[..., None])[0])  # fmt: skip
         # The quantiles are of all draws: read from the sorted split draws when N is even.
         quantiles[j] = np.quantile(ordered if 2 * half == n else rows[j].astype(float), prob)
         del z_j, z_folded, ordered
