@@ -43,7 +43,8 @@ RESULTS = nutpie_race.RESULTS.parent / "nutpie_race_held_out"
 POSTERIORDB_MIRROR = Path("/work/.mirror/stan-dev+posteriordb/repo")
 #: The posteriors of ``nutpie_race.HELD_OUT`` built here, in the table's order.
 BUILT = ("mesquite-logmesquite_logvash", "earnings-logearn_interaction", "nes1972-nes",
-         "sblrc-blr", "arma-arma11", "garch-garch11")  # fmt: skip
+         "sblrc-blr", "arma-arma11", "garch-garch11", "gp_pois_regr-gp_pois_regr",
+         "low_dim_gauss_mix-low_dim_gauss_mix", "hmm_example-hmm_example")  # fmt: skip
 
 
 def _git_json(repo: Path, path: str):
@@ -206,6 +207,166 @@ def _garch11(data):
     return 4, logdensity, constrain, pymc_model, ("mu", "alpha0", "alpha1", "beta1")
 
 
+def _flat_twin(dim, logdensity_pt):
+    """A PyMC model whose one free variable is the unconstrained vector itself (``Flat``:
+    no transform), with the log density (Jacobians included) as a ``Potential``: nutpie's
+    unconstrained draws are then exactly the JAX target's coordinates."""
+
+    def pymc_model():
+        import pymc as pm
+
+        with pm.Model() as model:
+            x = pm.Flat("x", shape=dim)
+            pm.Potential("logdensity", logdensity_pt(x))
+        return model
+
+    return pymc_model
+
+
+def _gp_pois_regr(data):
+    """``k ~ poisson_log(f)``, ``f = L f_tilde``, ``L L^T = alpha^2 exp(-(x_i - x_j)^2 / (2
+    rho^2)) + 1e-10 I``; ``rho ~ gamma(25, 4)``, ``alpha ~ half-normal(0, 2)``,
+    ``f_tilde ~ normal(0, 1)``. ``theta = (log rho, log alpha, f_tilde)``; the reference
+    holds ``(rho, alpha, f)``."""
+    import jax.numpy as jnp
+
+    x, k = data["x"], data["k"]
+    sq = (x[:, None] - x[None, :]) ** 2
+    jitter = 1e-10 * np.eye(len(x))
+
+    def logdensity(theta):
+        log_rho, log_alpha, f_tilde = theta[0], theta[1], theta[2:]
+        rho, alpha = jnp.exp(log_rho), jnp.exp(log_alpha)
+        cov = alpha**2 * jnp.exp(-0.5 * jnp.asarray(sq, theta.dtype) / rho**2)
+        f = jnp.linalg.cholesky(cov + jnp.asarray(jitter, theta.dtype)) @ f_tilde
+        prior = 25.0 * log_rho - 4.0 * rho - 0.125 * alpha**2 + log_alpha  # Jacobians in
+        return (
+            prior
+            - 0.5 * jnp.sum(f_tilde**2)
+            + jnp.sum(jnp.asarray(k, theta.dtype) * f - jnp.exp(f))
+        )
+
+    def constrain(theta):
+        rho, alpha = np.exp(theta[..., :1]), np.exp(theta[..., 1:2])
+        cov = alpha[..., None] ** 2 * np.exp(-0.5 * sq / rho[..., None] ** 2) + jitter
+        f = np.einsum("...ij,...j->...i", np.linalg.cholesky(cov), theta[..., 2:])
+        return np.concatenate([rho, alpha, f], -1)
+
+    def logdensity_pt(theta):
+        import pytensor.tensor as pt
+
+        log_rho, log_alpha, f_tilde = theta[0], theta[1], theta[2:]
+        rho, alpha = pt.exp(log_rho), pt.exp(log_alpha)
+        cov = alpha**2 * pt.exp(-0.5 * pt.as_tensor(sq) / rho**2) + pt.as_tensor(jitter)
+        f = pt.dot(pt.linalg.cholesky(cov), f_tilde)
+        prior = 25.0 * log_rho - 4.0 * rho - 0.125 * alpha**2 + log_alpha
+        return prior - 0.5 * pt.sum(f_tilde**2) + pt.sum(pt.as_tensor(k) * f - pt.exp(f))
+
+    dim = 2 + len(x)
+    return dim, logdensity, constrain, _flat_twin(dim, logdensity_pt), ("x",)
+
+
+def _normal_logpdf(y, mu, log_sigma, xp):
+    return -0.5 * ((y - mu) / xp.exp(log_sigma)) ** 2 - log_sigma - 0.5 * np.log(2 * np.pi)
+
+
+def _low_dim_gauss_mix(data):
+    """``y[n] ~ theta normal(mu[1], sigma[1]) + (1 - theta) normal(mu[2], sigma[2])``,
+    ``mu`` ordered; ``sigma ~ half-normal(0, 2)``, ``mu ~ normal(0, 2)``,
+    ``theta ~ beta(5, 5)``. ``x = (mu[1], log(mu[2] - mu[1]), log sigma, logit theta)``
+    (Stan's ordered, lower-bound and interval transforms)."""
+    import jax
+    import jax.numpy as jnp
+
+    y = data["y"]
+
+    def density(x, y, xp, logsumexp, log_sigmoid):
+        mu = [x[0], x[0] + xp.exp(x[1])]
+        log_sigma, logit_theta = [x[2], x[3]], x[4]
+        log_theta, log_rest = log_sigmoid(logit_theta), log_sigmoid(-logit_theta)
+        parts = [log_theta + _normal_logpdf(y, mu[0], log_sigma[0], xp),
+                 log_rest + _normal_logpdf(y, mu[1], log_sigma[1], xp)]  # fmt: skip
+        likelihood = xp.sum(logsumexp(parts))
+        prior = -0.125 * (mu[0] ** 2 + mu[1] ** 2) - 0.125 * sum(xp.exp(2 * s) for s in log_sigma)
+        prior = prior + 5.0 * (log_theta + log_rest)  # beta(5, 5) and the logit's Jacobian
+        return likelihood + prior + x[1] + x[2] + x[3]  # the ordered's and the logs' Jacobians
+
+    def logdensity(x):
+        def lse(parts):
+            return jax.nn.logsumexp(jnp.stack(parts), axis=0)
+
+        return density(x, jnp.asarray(y, x.dtype), jnp, lse, jax.nn.log_sigmoid)
+
+    def logdensity_pt(x):
+        import pytensor.tensor as pt
+
+        def lse(parts):
+            return pt.logsumexp(pt.stack(parts), axis=0)
+
+        return density(x, pt.as_tensor(y), pt, lse, lambda v: -pt.softplus(-v))
+
+    def constrain(x):
+        theta = 1.0 / (1.0 + np.exp(-x[..., 4:5]))
+        return np.concatenate([x[..., :1], x[..., :1] + np.exp(x[..., 1:2]),
+                               np.exp(x[..., 2:4]), theta], -1)  # fmt: skip
+
+    return 5, logdensity, constrain, _flat_twin(5, logdensity_pt), ("x",)
+
+
+def _hmm_example(data):
+    """A two-state Gaussian HMM (unit-variance emissions with means ``mu``, positive and
+    ordered; ``mu[1] ~ normal(3, 1)``, ``mu[2] ~ normal(10, 1)``), rows of the transition
+    matrix ``theta1``, ``theta2`` uniform on the simplex; the forward algorithm.
+    ``x = (logit theta1[1], logit theta2[1], log mu[1], log(mu[2] - mu[1]))`` (Stan's
+    simplex transform for K = 2 and its positive_ordered)."""
+    import jax
+    import jax.numpy as jnp
+
+    y = data["y"]
+
+    def parts(x, y, xp, log_sigmoid):
+        log_rows = [[log_sigmoid(x[0]), log_sigmoid(-x[0])],
+                    [log_sigmoid(x[1]), log_sigmoid(-x[1])]]  # fmt: skip
+        mu = [xp.exp(x[2]), xp.exp(x[2]) + xp.exp(x[3])]
+        emissions = [_normal_logpdf(y, m, 0.0, xp) for m in mu]  # (N,) each
+        prior = -0.5 * ((mu[0] - 3.0) ** 2 + (mu[1] - 10.0) ** 2)
+        jacobian = sum(log_rows[j][0] + log_rows[j][1] for j in range(2)) + x[2] + x[3]
+        return log_rows, emissions, prior + jacobian
+
+    def logdensity(x):
+        log_rows, emissions, rest = parts(x, jnp.asarray(y, x.dtype), jnp, jax.nn.log_sigmoid)
+        trans = jnp.stack([jnp.stack(r) for r in log_rows])  # [j, k]: from j to k
+        emit = jnp.stack(emissions, axis=1)  # (N, K)
+
+        def step(gamma, e):
+            gamma = jax.nn.logsumexp(gamma[:, None] + trans, axis=0) + e
+            return gamma, None
+
+        gamma, _ = jax.lax.scan(step, emit[0], emit[1:])
+        return jax.nn.logsumexp(gamma) + rest
+
+    def logdensity_pt(x):
+        import pytensor
+        import pytensor.tensor as pt
+
+        log_rows, emissions, rest = parts(x, pt.as_tensor(y), pt, lambda v: -pt.softplus(-v))
+        trans = pt.stack([pt.stack(r) for r in log_rows])
+        emit = pt.stack(emissions, axis=1)
+        gamma, _ = pytensor.scan(
+            lambda e, gamma, trans: pt.logsumexp(gamma[:, None] + trans, axis=0) + e,
+            sequences=[emit[1:]], outputs_info=emit[0], non_sequences=[trans],
+        )  # fmt: skip
+        return pt.logsumexp(gamma[-1]) + rest
+
+    def constrain(x):
+        first = 1.0 / (1.0 + np.exp(-x[..., :2]))
+        mu1 = np.exp(x[..., 2:3])
+        return np.concatenate([first[..., :1], 1 - first[..., :1], first[..., 1:],
+                               1 - first[..., 1:], mu1, mu1 + np.exp(x[..., 3:4])], -1)  # fmt: skip
+
+    return 4, logdensity, constrain, _flat_twin(4, logdensity_pt), ("x",)
+
+
 #: posteriordb model name -> ``data -> (dim, logdensity, constrain, pymc_model, vars)``.
 _BUILDERS = {
     "logmesquite_logvash": _logmesquite_logvash,
@@ -214,6 +375,9 @@ _BUILDERS = {
     "blr": _blr,
     "arma11": _arma11,
     "garch11": _garch11,
+    "gp_pois_regr": _gp_pois_regr,
+    "low_dim_gauss_mix": _low_dim_gauss_mix,
+    "hmm_example": _hmm_example,
 }
 
 

@@ -30,7 +30,10 @@ import fisher_mala as fm
 from benchmarks import templating
 from benchmarks.race_setup import POSTERIORDB, TARGETS, race_start
 from fisher_mala import whitened_warmup
-from fisher_mala.adaptations import stopping_rule as stopping_rule_checks
+from fisher_mala.adaptations.stopping_rule import (
+    block_condition_number,
+    noise_condition_number,
+)
 
 OUT = Path(__file__).resolve().parent / "results" / "stopping_rule.json"
 WARMUP = 5000
@@ -54,11 +57,11 @@ def row(name: str) -> dict:
         while done < num_fisher:  # the race's Fisher phase is whole blocks
             new = resume(keys, carry)[0]
             done += BLOCK
-            kappa = stopping_rule_checks.block_condition_number(
+            kappa = block_condition_number(
                 carry[0].sqrt_precond, new[0].sqrt_precond
             )
             signals = int(np.min(new[0].count - carry[0].count))
-            noise = float(stopping_rule_checks.noise_condition_number(target.dim, signals))
+            noise = float(noise_condition_number(target.dim, signals))
             looks.append(
                 {
                     "iteration": done,

@@ -157,6 +157,18 @@ def _ranked(row: np.ndarray):
     return z, z_folded, ordered
 
 
+def _sorted_quantiles(ordered: np.ndarray, prob) -> np.ndarray:
+    """``np.quantile(ordered, prob)`` (its default, linear interpolation, to the last bit)
+    of sorted values: read off the two order statistics around each, no partition."""
+    virtual = np.asarray(prob, np.float64) * (ordered.size - 1)
+    below = np.floor(virtual).astype(np.intp)
+    gamma = virtual - below
+    low, high = ordered[below], ordered[np.minimum(below + 1, ordered.size - 1)]
+    diff = high - low
+    # NumPy's lerp: from the nearer end (exact at both ends, monotone in gamma).
+    return np.where(gamma >= 0.5, high - diff * (1 - gamma), low + diff * gamma)
+
+
 def _split(rows: np.ndarray) -> np.ndarray:
     """``(D, 2 C, N // 2)``: chain ``c``'s first half is split chain ``2 c``, its last
     half ``2 c + 1`` (the middle draw of an odd ``N`` left out)."""
@@ -194,7 +206,10 @@ def _group_ess(mean_power, size, n, chain_means, lows, highs):
     num_chains = chain_means.shape[-1]
     total = num_chains * n
     known = min(n, size - n + 1)  # the lags of the linear (not circular) autocovariance
-    acov = fft.irfft(mean_power, n=size, axis=-1)[..., :known] / n
+    acov = np.empty((*mean_power.shape[:-1], size))
+    fft.irfft(mean_power, n=size, axis=-1, out=acov)
+    acov = acov[..., :known]
+    acov /= n
     constant = (highs.max(axis=-1) - lows.min(axis=-1)) < np.finfo(float).resolution
     mean_var = acov[:, 0] * n / (n - 1.0)
     var_plus = mean_var * (n - 1.0) / n
@@ -213,26 +228,38 @@ def _group_ess(mean_power, size, n, chain_means, lows, highs):
     return value, complete, int(np.max(np.where(complete, stops, 0), initial=0))
 
 
-def _mean_power(fill, coords, shape, size: int, pairs: int):
+def _count(coords) -> int:
+    """How many coordinates ``coords`` (a slice with a stop, or indices) selects."""
+    return coords.stop - coords.start if isinstance(coords, slice) else len(coords)
+
+
+def _mean_power(fill, coords, half: int, padded, spectrum, pairs: int):
     """``(power, means, lows, highs)`` of one kind of series of the coordinates
-    ``coords``: ``fill(coords, out)`` writes them, ``(len(coords), 2 C, h)``, into a buffer
-    zero-padded to ``size``; ``power`` ``(len(coords), 2 C // pairs, F)`` their centred
-    power spectra averaged over consecutive groups of ``pairs`` chains, and each series'
-    mean, smallest and largest value ``(len(coords), 2 C)``."""
+    ``coords``: ``fill(coords, out)`` writes them, ``(len(coords), 2 C, half)``, into the
+    first ``half`` values of ``padded``'s rows (whose others are zero); ``spectrum`` their
+    transform. ``power`` ``(len(coords), 2 C // pairs, F)``: their centred power spectra
+    averaged over consecutive groups of ``pairs`` chains (a view of ``spectrum``: read it
+    before the next kind is written there); each series' mean, smallest and largest value
+    ``(len(coords), 2 C)``."""
     from numpy import fft
 
-    num_split, half = shape
-    padded = np.empty((len(coords), num_split, size))
-    padded[..., half:] = 0.0  # (np.zeros of a large array holds the GIL to zero it)
-    series = padded[..., :half]
+    num = _count(coords)
+    series = padded[:num, :, :half]
     fill(coords, series)
     means, lows, highs = series.mean(axis=-1), series.min(axis=-1), series.max(axis=-1)
     series -= means[..., None]
-    squares = fft.rfft(padded, axis=-1).view(np.float64)  # (..., 2 F): real, imaginary
-    del padded, series
+    fft.rfft(padded[:num], axis=-1, out=spectrum[:num])
+    squares = spectrum[:num].view(np.float64)  # (..., 2 F): real, imaginary
     squares *= squares
-    summed = squares.reshape(len(coords), num_split // pairs, pairs, -1).sum(axis=2)
-    return (summed[..., ::2] + summed[..., 1::2]) / pairs, means, lows, highs
+    summed = squares[:, ::pairs]  # each group's sum, in place (no more working memory)
+    for k in range(1, pairs):
+        summed += squares[:, k::pairs]
+    # The power, as complex numbers with a zero imaginary part, in the spectrum's place: the
+    # inverse transform of a real array would first convert it, at more than its own cost.
+    summed[..., ::2] += summed[..., 1::2]
+    summed[..., ::2] /= pairs
+    summed[..., 1::2] = 0.0
+    return spectrum[:num, ::pairs], means, lows, highs
 
 
 def _spectra_ess(fills, coords, shape, size):
@@ -244,15 +271,22 @@ def _spectra_ess(fills, coords, shape, size):
     ``complete`` ``(D,)`` whether every one of a coordinate's values is (see
     :func:`_group_ess`)."""
     num_split, half = shape
-    dim, chains = len(coords), num_split // 2
+    dim, chains = _count(coords), num_split // 2
+    # One buffer and one spectrum for the four kinds in turn: the padding is zeroed once
+    # (np.zeros of a large array holds the GIL to zero it), the pages touched once.
+    padded = np.empty((dim, num_split, size))
+    padded[..., half:] = 0.0
+    spectrum = np.empty((dim, num_split, size // 2 + 1), np.complex128)
+    buffers = (half, padded, spectrum)
     pooled, pooled_complete, pooled_looked = [], [], 0
     for fill in fills[:3]:
-        power, means, lows, highs = _mean_power(fill, coords, shape, size, num_split)
+        power, means, lows, highs = _mean_power(fill, coords, *buffers, num_split)
         value, complete, looked = _group_ess(power[:, 0], size, half, means, lows, highs)
         pooled.append(value)
         pooled_complete.append(complete)
         pooled_looked = max(pooled_looked, looked)
-    power, means, lows, highs = _mean_power(fills[3], coords, shape, size, 2)
+    power, means, lows, highs = _mean_power(fills[3], coords, *buffers, 2)
+    del padded, buffers
     pairs = (dim * chains, 2)  # each chain's two halves
     per_chain, chain_complete, chain_looked = _group_ess(
         power.reshape(dim * chains, -1), size, half, means.reshape(pairs),
@@ -317,7 +351,11 @@ def _block_values(x: np.ndarray, prob, max_lag):
         rhat[j] = max(convergence._rhat_basic(z[j][..., None])[0],
                       convergence._rhat_basic(z_folded[..., None])[0])  # fmt: skip
         # The quantiles are of all draws: read from the sorted split draws when N is even.
-        quantiles[j] = np.quantile(ordered if 2 * half == n else rows[j].astype(float), prob)
+        quantiles[j] = (
+            _sorted_quantiles(ordered, prob)
+            if 2 * half == n
+            else np.quantile(rows[j].astype(float), prob)
+        )
         del z_j, z_folded, ordered
     if chains < 2:
         rhat = nan
@@ -332,10 +370,11 @@ def _block_values(x: np.ndarray, prob, max_lag):
     # Padding to `half + lag` gives the autocovariances up to `lag`: enough when the sums
     # stop early (a mixing chain), at about half the cost of the transform of 2 `half`.
     size = full if max_lag is None else min(full, _next_fast_len(half + 2 * max_lag + 64))
-    every = np.arange(dim)
+    # A slice, not indices: the fills then read the block's rows without copying them.
+    every = slice(0, dim)
     pooled, per_chain, complete, looked = _spectra_ess(fills, every, split.shape[1:], size)
     if not complete.all():  # the sums of these coordinates go on: every lag
-        redo = every[~complete]
+        redo = np.flatnonzero(~complete)
         pooled[redo], per_chain[redo], _, looked_redo = _spectra_ess(
             fills, redo, split.shape[1:], full
         )
@@ -359,7 +398,7 @@ def _block_values(x: np.ndarray, prob, max_lag):
 #: scores (``KEPT``); the transforms of one kind of series hold a zero-padded buffer and its
 #: spectrum per coordinate (``TRANSFORMS``). Measured with ``tracemalloc``
 #: (``tests/test_convergence_pass.py`` checks the bound).
-RANKING_BYTES, KEPT_BYTES, TRANSFORMS_BYTES = 72, 12, 48
+RANKING_BYTES, KEPT_BYTES, TRANSFORMS_BYTES = 72, 12, 52
 
 
 def _block_bytes(width: int, values: int) -> int:

@@ -99,3 +99,14 @@ def test_the_working_memory_stays_within_its_bound():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak <= budget
+
+
+def test_quantiles_of_sorted_values_equal_numpys_to_the_last_bit():
+    rng = np.random.default_rng(3)
+    probs = [(0.05, 0.95), (0.0, 1.0), (0.5, 0.25), (1 / 3, 0.999)]
+    for size in (1, 2, 3, 4, 7, 80_000, 80_001):
+        for values in (rng.normal(size=size), rng.integers(0, 3, size).astype(float)):
+            ordered = np.sort(values)
+            for prob in probs:
+                got = convergence_pass._sorted_quantiles(ordered, prob)
+                np.testing.assert_array_equal(got, np.quantile(values, prob))

@@ -124,6 +124,34 @@ def test_log_density_matches_the_stan_model_up_to_a_constant(x64, name):
     assert len(ref["names"]) == len(ref["mean"]) == target.extras["constrain"](points).shape[-1]
 
 
+def pymc_logdensity(model, points):
+    """The PyMC model's log density at unconstrained ``points`` ``(n, d)``, read as its
+    value variables in declaration order, flattened (the order of nutpie's unconstrained
+    draws, which the race reads as the target's coordinates)."""
+    start = model.initial_point()
+    names = [v.name for v in model.value_vars]
+    sizes = [int(np.size(start[n])) for n in names]
+    assert sum(sizes) == points.shape[-1], dict(zip(names, sizes, strict=True))
+    logp = model.compile_logp(jacobian=True)
+    out = []
+    for p in points:
+        parts = np.split(p, np.cumsum(sizes)[:-1])
+        out.append(float(logp({n: v.reshape(np.shape(start[n]))
+                               for n, v in zip(names, parts, strict=True)})))  # fmt: skip
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("name", list(posteriordb.POSTERIORS))
+def test_the_pymc_twin_has_the_same_density_in_the_same_coordinates(x64, name):
+    pytest.importorskip("pymc")
+    target = fm.targets.get(name)
+    rng = np.random.default_rng(1)
+    points = rng.normal(size=(3, target.dim)) * 0.3
+    ours = [float(target.logdensity_fn(jnp.asarray(p))) for p in points]
+    theirs = pymc_logdensity(target.extras["pymc_model"](), points)
+    np.testing.assert_allclose(np.diff(ours), np.diff(theirs), rtol=1e-9, atol=1e-8)
+
+
 def _assert_matches_reference(target, samples, sd_tolerance=0.15):
     """Means by MCSE z-scores (ArviZ's multi-chain ESS), standard deviations within 15%."""
     draws = target.extras["constrain"](np.asarray(samples, np.float64))

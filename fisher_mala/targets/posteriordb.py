@@ -160,16 +160,28 @@ def _eight_schools_centered(data):
         return np.concatenate([theta[..., : j + 1], np.exp(theta[..., j + 1 :])], -1)
 
     def pymc_model():
+        # The schools' means come first in the target's coordinates but depend on mu and
+        # tau, which PyMC must declare first: one flat vector in the target's order instead
+        # (so that nutpie's unconstrained draws are the same coordinates), with the priors
+        # and log tau's Jacobian as a Potential.
         import pymc as pm
+        import pytensor.tensor as pt
 
         with pm.Model() as model:
-            mu = pm.Normal("mu", 0.0, 5.0)
-            tau = pm.HalfCauchy("tau", 5.0)
-            school = pm.Normal("theta", mu, tau, shape=j)
+            x = pm.Flat("x", shape=j + 2)
+            school, mu, log_tau = x[:j], x[j], x[j + 1]
+            tau = pt.exp(log_tau)
+            prior = (
+                pm.logp(pm.Normal.dist(mu, tau), school).sum()
+                + pm.logp(pm.Normal.dist(0.0, 5.0), mu)
+                + pm.logp(pm.HalfCauchy.dist(5.0), tau)
+                + log_tau
+            )
+            pm.Potential("prior", prior)
             pm.Normal("y", school, sd, observed=y)
         return model
 
-    return j + 2, logdensity, constrain, pymc_model, ("theta", "mu", "tau")
+    return j + 2, logdensity, constrain, pymc_model, ("x",)
 
 
 def _kilpisjarvi(data):
