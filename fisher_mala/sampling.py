@@ -551,6 +551,7 @@ class _Run:
     sink: Any = None
     checkpoint: Any = None  # a fisher_mala.run_checkpoint.RunCheckpoint
     failed: Any = None  # (sum of the non-finite proposals, their count), per chain
+    used_target_acceptance: float | None = None  # what a staged warm-up aimed at
 
     def warmup(self, data):
         return self.plan.kernels(_bind(self.logdensity_fn, data))[0]
@@ -606,6 +607,7 @@ class _Run:
             return out
 
         out = warmup.staged_run(call, positions, self.num_warmup, on_host)
+        self.used_target_acceptance = getattr(warmup, "used_target_acceptance", None)
         return out, sum(compile_seconds), sum(run_seconds)
 
     def sampling(self, one_state: bool, num: int):
@@ -836,6 +838,7 @@ def _warm_up_segmented(run: "_Run", keys, positions, data, saved):
         saved = (jax.tree.map(jnp.asarray, saved["tree"]), saved["meta"])
     every = run.checkpoint.every
     out = warmup.segmented_run(call, positions, run.num_warmup, every, saved, save, on_host)
+    run.used_target_acceptance = getattr(warmup, "used_target_acceptance", None)
     return out, seconds["compile"], seconds["run"]
 
 
@@ -1027,7 +1030,9 @@ def sample(
     num_grad_evals = np.asarray(warmup_info.num_grad_evals) + np.asarray(
         stats["num_grad_evals"]
     ).sum(-1)
-    target = None if plan.custom else float(run.warmup(data).target_acceptance)
+    # The target the warm-up aimed at (Fisher NUTS / HMC choose theirs as they go).
+    target = getattr(run, "used_target_acceptance", None)
+    target = None if plan.custom else float(target or run.warmup(data).target_acceptance)
     result = SamplingResult(
         plan.name, samples, stats, parameters, warmup_info, final_state, num_grad_evals,
         compile_seconds, warmup_seconds, sampling_seconds, num_warmup, num_samples, thinning,

@@ -68,6 +68,7 @@ from fisher_mala.whitened_warmup_parts import WarmupInParts
 __all__ = [
     "FISHER_NUTS_DAMPING",
     "FISHER_NUTS_TARGET_ACCEPTANCE",
+    "UNSETTLED_TARGET_ACCEPTANCE",
     "FISHER_STEP_SIZE_LEARNING_RATE",
     "METRICS",
     "RESTART_WINDOWS",
@@ -94,6 +95,15 @@ FISHER_NUTS_DAMPING = 0.1
 #: that follow a Fisher phase ended by the stopping rule. 0.7 realizes about 0.8, the
 #: acceptance of Stan's and nutpie's samples (the signal-bias page has the measurements).
 FISHER_NUTS_TARGET_ACCEPTANCE = 0.7
+#: Target of the step-size phase when the stopping rule looked and never found ``R``
+#: settled (:meth:`FisherHMCWarmup.learned`): no one ``R`` whitens such a posterior
+#: everywhere (a funnel, curvature that changes with position), and a step tuned to the
+#: average acceptance overshoots where the curvature is highest: on the centred eight
+#: schools 0.7 realizes 0.57 with 110 divergent transitions, 0.8 realizes 0.81 with 7 and
+#: 5.8 times the min ESS per gradient (``python -m benchmarks.nutpie_race --inspect
+#: eight_schools_centered``, with and without ``--set hmc_target_acceptance_rate=0.8``).
+#: Stan's and nutpie's default.
+UNSETTLED_TARGET_ACCEPTANCE = 0.8
 #: Restart windows of the Fisher phase (doubling, as Stan's windows).
 RESTART_WINDOWS = (25, 50, 100, 200)
 #: ``rho`` of the Fisher phase's step-size rule: ``R`` changes by orders of magnitude in
@@ -122,8 +132,10 @@ class FisherHMCWarmup(WarmupInParts):
         Iterations of the step-size phase (default ``STEP_SIZE_FRACTION`` of the
         warm-up).
     hmc_target_acceptance_rate
-        Dual-averaging target (:data:`FISHER_NUTS_TARGET_ACCEPTANCE`, 0.7: realizes about
-        0.8 in the samples).
+        Dual-averaging target. Default: :data:`FISHER_NUTS_TARGET_ACCEPTANCE` (0.7:
+        realizes about 0.8 in the samples), or :data:`UNSETTLED_TARGET_ACCEPTANCE` (0.8)
+        when the stopping rule looked at ``R`` and never found it settled. A value given
+        is used either way.
     max_num_doublings, num_integration_steps, divergence_threshold
         As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
     stopping_rule
@@ -170,7 +182,7 @@ class FisherHMCWarmup(WarmupInParts):
         algorithm: str = "nuts",
         pooled: bool = False,
         num_step_size_steps: int | None = None,
-        hmc_target_acceptance_rate=FISHER_NUTS_TARGET_ACCEPTANCE,
+        hmc_target_acceptance_rate=None,
         max_num_doublings: int = 10,
         num_integration_steps: int | None = None,
         divergence_threshold: float = 1000.0,
@@ -188,7 +200,8 @@ class FisherHMCWarmup(WarmupInParts):
             validation.check_positive("score_prior_weight", score_prior_weight)
             if pooled:
                 raise ValueError("`score_prior_weight` needs one R per chain (pooled=False).")
-        validation.check_probability("hmc_target_acceptance_rate", hmc_target_acceptance_rate)
+        if hmc_target_acceptance_rate is not None:
+            validation.check_probability("hmc_target_acceptance_rate", hmc_target_acceptance_rate)
         if num_step_size_steps is not None and int(num_step_size_steps) < 0:
             raise ValueError(f"`num_step_size_steps` must be >= 0, got {num_step_size_steps}.")
         if num_integration_steps is not None and int(num_integration_steps) < 1:
@@ -220,16 +233,28 @@ class FisherHMCWarmup(WarmupInParts):
         self.stopping_rule = bool(stopping_rule)
         self.regroup_chains = bool(regroup)
         self.fisher_options = fisher_options
-        self.target_acceptance = float(hmc_target_acceptance_rate)
-        self.tuning = LeapfrogTuning(
-            build_kernel(algorithm, divergence_threshold=divergence_threshold),
-            logdensity_fn,
-            algorithm,
-            dual_averaging(hmc_target_acceptance_rate),
-            self.max_num_doublings,
-            num_integration_steps,
-            score_prior_weight,
+        given = hmc_target_acceptance_rate
+        self.target_acceptance = FISHER_NUTS_TARGET_ACCEPTANCE if given is None else float(given)
+        self.unsettled_target_acceptance = (
+            UNSETTLED_TARGET_ACCEPTANCE if given is None else float(given)
         )
+
+        def tuning(target):
+            return LeapfrogTuning(
+                build_kernel(algorithm, divergence_threshold=divergence_threshold),
+                logdensity_fn,
+                algorithm,
+                dual_averaging(target),
+                self.max_num_doublings,
+                num_integration_steps,
+                score_prior_weight,
+            )
+
+        self.tuning = tuning(self.target_acceptance)
+        self.unsettled_tuning = tuning(self.unsettled_target_acceptance)
+        #: The target the last warm-up run by this object aimed at (set by ``staged_run``
+        #: and ``segmented_run``, read by ``fm.sample`` for its acceptance check).
+        self.used_target_acceptance = self.target_acceptance
 
     @property
     def staged(self) -> bool:
@@ -328,14 +353,15 @@ class FisherHMCWarmup(WarmupInParts):
         The Fisher phase's first part, then the metric (:meth:`choose`). A diagonal
         metric ends the Fisher phase there: it needs only the learned scales, which many
         fewer signals than the dense ``R`` give. Otherwise the Fisher phase goes on one
-        block at a time until the stopping rule (:meth:`learned`) or its full length, then
+        block at a time until the stopping rule (:meth:`look`) or its full length, then
         the metric again, and the step-size phase, in full when a chain is not yet in the
-        typical set of the others (:meth:`tuning_steps`).
+        typical set of the others (:meth:`tuning_steps`), towards the target of
+        :meth:`tuning_target`.
         """
         on_host = on_host or (lambda fn, *args: fn(*args))
         out = call("fisher_stage", positions)
         looks = self._rule_can_stop(out[0][0])
-        metric, learned = None, False
+        metric, learned, looked = None, False, False
         if not looks:  # the metric's first look, where no stopping rule looks
             metric = on_host(self.choose, out[0][0])
         if looks or not (metric == "diagonal" and self.metric == "auto"):
@@ -345,14 +371,17 @@ class FisherHMCWarmup(WarmupInParts):
                 if looks:  # one block at a time, each looked at
                     num_more = min(self.fisher.block, num_more)
                 carry, more = call("fisher_resume", out[0], num_more)
-                learned = looks and on_host(self.learned, out[0][0], carry[0])
+                verdict = looks and on_host(self.look, out[0][0], carry[0])
+                learned, looked = verdict == "settled", looked or looks
                 out = (carry, extend_info(out[1], more))
-                if learned:
+                if verdict:
                     break
             metric = on_host(self.choose, out[0][0], learned if looks else None)
         out = on_host(self.regroup, out)
         settled = on_host(self.settled, out[0][0])
-        return call("tuning_stage", out, metric, settled)
+        unsettled = bool(looked and not learned)  # the rule looked, never found R settled
+        self.used_target_acceptance = self.tuning_target(unsettled)
+        return call("tuning_stage", out, metric, settled, unsettled)
 
     def regroup(self, fisher_out):
         """The Fisher phase's outcome with the chains left behind restarted from others'
@@ -380,9 +409,17 @@ class FisherHMCWarmup(WarmupInParts):
         return dim <= AUTO_MAX_DIM and 4 * dim <= self.fisher.block * signals_per_iteration
 
     def learned(self, previous, state) -> bool:
-        """Whether the Fisher phase may stop: the stopping rule (``stopping_rule=True``) of
+        """Whether :meth:`look` finds ``R`` settled."""
+        return self.look(previous, state) == "settled"
+
+    def look(self, previous, state) -> str:
+        """Whether the Fisher phase may stop: ``"settled"``, ``"plateau"`` or ``""`` (go
+        on), by the stopping rule (``stopping_rule=True``) of
         :func:`fisher_mala.adaptations.stopping_rule.stopping_rule`, looking at the ``R``
-        of ``state`` against that of ``previous`` (the end of the block before).
+        of ``state`` against that of ``previous`` (the end of the block before). On a
+        plateau no ``R`` whitens the newest block as well as sampling noise allows, and
+        more signals would not change that (a funnel): the phase stops, and the step-size
+        phase aims at :data:`UNSETTLED_TARGET_ACCEPTANCE`.
 
         Chains far behind the others in log density (:func:`chains_behind`) are left out
         while others remain: their ``R`` says nothing of the posterior, and they are
@@ -390,12 +427,13 @@ class FisherHMCWarmup(WarmupInParts):
         phase; one chain stuck at a log density of ``-1e30`` no longer holds the others'
         Fisher phase to its full length."""
         if not self.rule_applies:
-            return False
+            return ""
         per_update = np.shape(state.whitened_grad)[0] if self.pooled else 1  # rank-C
         rule = stopping_rule(per_update)
         arrays = (previous.sqrt_precond, previous.count, state.sqrt_precond, state.count)
         r_prev, n_prev, r_now, n_now = _without_chains_behind(state, self.pooled, *arrays)
-        return rule.final(rule.update(rule.init(r_prev, n_prev), (r_now, n_now)))
+        verdict = rule.update(rule.init(r_prev, n_prev), (r_now, n_now))
+        return "settled" if rule.final(verdict) else "plateau" if verdict.plateau else ""
 
     def choose(self, fisher_state, learned: bool | None = None) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
@@ -433,19 +471,35 @@ class FisherHMCWarmup(WarmupInParts):
         # no correlations learned yet where the damping still rules: not a diagonal target
         return "dense" if prior_dominated(r, self.fisher_options["damping"]) else "diagonal"
 
+    def tuning_target(self, unsettled: bool = False) -> float:
+        """The step-size phase's target acceptance (see :meth:`tuning_for`)."""
+        return self.unsettled_target_acceptance if unsettled else self.target_acceptance
+
+    def tuning_for(self, unsettled: bool = False):
+        """The step-size phase's tuning: towards :attr:`target_acceptance`, or
+        :attr:`unsettled_target_acceptance` after a Fisher phase whose ``R`` the stopping
+        rule never found settled (``unsettled``)."""
+        return self.unsettled_tuning if unsettled else self.tuning
+
     def tuning_stage(
-        self, rng_key, fisher_out, num_steps: int, progress=None, metric="dense", settled=True
+        self,
+        rng_key,
+        fisher_out,
+        num_steps: int,
+        progress=None,
+        metric="dense",
+        settled=True,
+        unsettled=False,
     ):
         """The step-size phase after the Fisher phase, with ``metric``, of one chain or
         (pooled) of every chain (:func:`fisher_mala.leapfrog_tuning.tuning_stage`);
-        ``settled``: see :meth:`tuning_steps`."""
+        ``settled``: see :meth:`tuning_steps`; ``unsettled``: see :meth:`tuning_for`."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
         _, key_tune = jax.random.split(rng_key)
         num_fisher = fisher_out[1].acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, settled)
-        return tuning_stage(
-            self.tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled
-        )
+        tuning = self.tuning_for(unsettled)
+        return tuning_stage(tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled)
 
     def run(self, rng_key, positions, num_steps: int, progress: ProgressBar | None = None):
         """Warm up one chain (or, pooled, all chains: leading axis of ``positions``);

@@ -141,8 +141,8 @@ def test_stopping_rule_leaves_out_a_chain_far_behind():
 
 @pytest.mark.parametrize("dim,looks", [(10, 4), (300, 0)])
 def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, looks):
-    """The stage driver, with stand-in stages: one ``learned`` look per block for small d;
-    none (no O(d^3) solve on the host) where a block holds fewer than 4d signals."""
+    """The stage driver, with stand-in stages: one look per block for small d; none (no
+    O(d^3) solve on the host) where a block holds fewer than 4d signals."""
     warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
     num_steps = 5000
     num_fisher, _ = warm.split(num_steps)  # 4500: 875 (scout, restart windows) + 4 blocks
@@ -166,11 +166,60 @@ def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, loo
 
     def on_host(fn, *args):
         seen.append(fn.__name__)
-        return False if fn.__name__ == "learned" else fn(*args)
+        return "" if fn.__name__ == "look" else fn(*args)
 
     out = warm.staged_run(call, None, num_steps, on_host)
     assert out[1].acceptance_rate.shape == (num_fisher,)  # the whole phase, never stopped
-    assert seen.count("learned") == looks
+    assert seen.count("look") == looks
+
+
+@pytest.mark.parametrize(
+    "verdicts,given,stops_after,unsettled,target",
+    [
+        (["", "settled"], None, 2, False, 0.7),  # settled: the default target
+        (["", "plateau"], None, 2, True, 0.8),  # a plateau stops the phase, unsettled
+        ([""] * 4, None, 4, True, 0.8),  # never settled in the whole phase
+        ([""] * 4, 0.65, 4, True, 0.65),  # a target given is used either way
+    ],
+)
+def test_a_phase_the_rule_never_found_settled_tunes_towards_the_unsettled_target(
+    verdicts, given, stops_after, unsettled, target
+):
+    warm = fm.whitened_warmup.FisherHMCWarmup(
+        lambda x: -jnp.sum(x**2), metric="dense", hmc_target_acceptance_rate=given
+    )
+    num_steps, dim = 5000, 10
+    num_fisher, _ = warm.split(num_steps)
+
+    def info(n):
+        zeros = np.zeros(n)
+        return fm.schedule.WarmupInfo(
+            zeros, zeros > 0, zeros == 0, initial_step_size=0.1, num_grad_evals=n, trace=None
+        )
+
+    tuned = []
+
+    def call(method, argument, *extra):
+        if method == "fisher_stage":
+            first = warm.first_fisher_iterations(num_fisher, dim)
+            return (_state(np.eye(dim), first), None), info(first)
+        if method == "fisher_resume":
+            (num_more,) = extra
+            return (_state(np.eye(dim), argument[0].count + num_more), None), info(num_more)
+        tuned.append(extra)  # tuning_stage: (metric, settled, unsettled)
+        return argument
+
+    answers = iter(verdicts)
+
+    def on_host(fn, *args):
+        return next(answers) if fn.__name__ == "look" else fn(*args)
+
+    out = warm.staged_run(call, None, num_steps, on_host)
+    lead = warm.first_fisher_iterations(num_fisher, dim)
+    done = min(lead + stops_after * warm.fisher.block, num_fisher)
+    assert out[1].acceptance_rate.shape == (done,)
+    assert tuned == [("dense", True, unsettled)]
+    assert warm.used_target_acceptance == target
 
 
 def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
@@ -353,8 +402,13 @@ def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
     assert result.sample_stats["is_divergent"].shape == (4, 2000)
     # the step-size phase reaches the target a user sets (the docs' step-size table sends
     # users to it); dual averaging's averaged step ends on the cautious side of it
-    default = fm.whitened_warmup.FISHER_NUTS_TARGET_ACCEPTANCE
-    goal = options.get("hmc_target_acceptance_rate", default)
+    # (the result says which target: the default or, after a Fisher phase whose R the
+    # stopping rule never found settled, the unsettled one)
+    warmup = fm.whitened_warmup
+    defaults = (warmup.FISHER_NUTS_TARGET_ACCEPTANCE, warmup.UNSETTLED_TARGET_ACCEPTANCE)
+    goal = options.get("hmc_target_acceptance_rate", result.target_acceptance)
+    assert result.target_acceptance == goal
+    assert "hmc_target_acceptance_rate" in options or goal in defaults
     accept = float(np.mean(result.sample_stats["acceptance_rate"]))
     assert goal - 0.05 < accept < goal + 0.12, (goal, accept)
 

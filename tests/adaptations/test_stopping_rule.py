@@ -4,6 +4,8 @@ import numpy as np
 from conftest import random_covariance
 
 from fisher_mala.adaptations.stopping_rule import (
+    PLATEAU_NOISE_FACTOR,
+    PLATEAU_SIGNALS_PER_DIM,
     block_condition_number,
     correlation_condition_number,
     diagonal_suffices,
@@ -71,6 +73,36 @@ def test_the_rule_stops_when_new_signals_agree_with_the_earlier_r(x64):
     skewed[:, 0] *= 30.0
     r_other = _learn(r_prev, skewed)
     assert not rule.final(rule.update(look, (r_other, 2 * n)))
+
+
+def test_a_plateau_stops_only_with_enough_signals_and_within_its_factor(x64):
+    """A block with one direction twice as strong as the earlier R says (kappa about 4.6
+    times noise's): not settled, but a plateau once every chain has absorbed
+    PLATEAU_SIGNALS_PER_DIM * d signals; one 30 times as strong is neither."""
+    rng = np.random.default_rng(8)
+    d, n = 5, 1000
+    fisher = np.linalg.inv(random_covariance(d, seed=3))
+    r_prev = np.linalg.cholesky(np.linalg.inv(n * fisher))
+    block = rng.multivariate_normal(np.zeros(d), fisher, size=n)
+    rule = stopping_rule()
+
+    def look(scale, count_before):
+        chol = np.linalg.cholesky(fisher)
+        whitened = block @ np.linalg.inv(chol).T  # identity covariance ...
+        signals = whitened * np.array([scale] + [1.0] * (d - 1)) @ chol.T  # ... but for one
+        before = rule.init(r_prev, count_before)
+        state = rule.update(before, (_learn(r_prev, signals), count_before + n))
+        ratio = block_condition_number(r_prev, state.sqrt_precond) / noise_condition_number(d, n)
+        return state, float(ratio)
+
+    enough = PLATEAU_SIGNALS_PER_DIM * d
+    state, ratio = look(2.0, enough - n)
+    assert 2.0 < ratio < PLATEAU_NOISE_FACTOR
+    assert not state.learned and state.plateau and not rule.final(state)
+    state, _ = look(2.0, enough - n - 1)  # one signal short
+    assert not state.learned and not state.plateau
+    state, ratio = look(30.0, enough)
+    assert ratio > PLATEAU_NOISE_FACTOR and not state.plateau
 
 
 def test_too_few_signals_never_stop(x64):
