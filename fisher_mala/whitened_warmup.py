@@ -68,7 +68,7 @@ from fisher_mala.whitened_warmup_parts import WarmupInParts
 __all__ = [
     "FISHER_NUTS_DAMPING",
     "FISHER_NUTS_TARGET_ACCEPTANCE",
-    "UNSETTLED_TARGET_ACCEPTANCE",
+    "PLATEAU_TARGET_ACCEPTANCE",
     "FISHER_STEP_SIZE_LEARNING_RATE",
     "METRICS",
     "RESTART_WINDOWS",
@@ -95,15 +95,17 @@ FISHER_NUTS_DAMPING = 0.1
 #: that follow a Fisher phase ended by the stopping rule. 0.7 realizes about 0.8, the
 #: acceptance of Stan's and nutpie's samples (the signal-bias page has the measurements).
 FISHER_NUTS_TARGET_ACCEPTANCE = 0.7
-#: Target of the step-size phase when the stopping rule looked and never found ``R``
-#: settled (:meth:`FisherHMCWarmup.learned`): no one ``R`` whitens such a posterior
+#: Target of the step-size phase after a Fisher phase that the stopping rule ended on a
+#: plateau (:meth:`FisherHMCWarmup.look`): no one ``R`` whitens such a posterior
 #: everywhere (a funnel, curvature that changes with position), and a step tuned to the
 #: average acceptance overshoots where the curvature is highest: on the centred eight
 #: schools 0.7 realizes 0.57 with 110 divergent transitions, 0.8 realizes 0.81 with 7 and
 #: 5.8 times the min ESS per gradient (``python -m benchmarks.nutpie_race --inspect
 #: eight_schools_centered``, with and without ``--set hmc_target_acceptance_rate=0.8``).
-#: Stan's and nutpie's default.
-UNSETTLED_TARGET_ACCEPTANCE = 0.8
+#: Stan's and nutpie's default. Not after a phase that ended still learning (``R`` not
+#: settled, too few signals for a plateau): there 0.8 halves the min ESS per gradient of
+#: the paper's GP target (d = 100).
+PLATEAU_TARGET_ACCEPTANCE = 0.8
 #: Restart windows of the Fisher phase (doubling, as Stan's windows).
 RESTART_WINDOWS = (25, 50, 100, 200)
 #: ``rho`` of the Fisher phase's step-size rule: ``R`` changes by orders of magnitude in
@@ -133,9 +135,9 @@ class FisherHMCWarmup(WarmupInParts):
         warm-up).
     hmc_target_acceptance_rate
         Dual-averaging target. Default: :data:`FISHER_NUTS_TARGET_ACCEPTANCE` (0.7:
-        realizes about 0.8 in the samples), or :data:`UNSETTLED_TARGET_ACCEPTANCE` (0.8)
-        when the stopping rule looked at ``R`` and never found it settled. A value given
-        is used either way.
+        realizes about 0.8 in the samples), or :data:`PLATEAU_TARGET_ACCEPTANCE` (0.8)
+        when the stopping rule ended the Fisher phase on a plateau. A value given is used
+        either way.
     max_num_doublings, num_integration_steps, divergence_threshold
         As in :func:`fisher_mala.whitened_hmc.as_top_level_api`.
     stopping_rule
@@ -235,8 +237,8 @@ class FisherHMCWarmup(WarmupInParts):
         self.fisher_options = fisher_options
         given = hmc_target_acceptance_rate
         self.target_acceptance = FISHER_NUTS_TARGET_ACCEPTANCE if given is None else float(given)
-        self.unsettled_target_acceptance = (
-            UNSETTLED_TARGET_ACCEPTANCE if given is None else float(given)
+        self.plateau_target_acceptance = (
+            PLATEAU_TARGET_ACCEPTANCE if given is None else float(given)
         )
 
         def tuning(target):
@@ -251,7 +253,7 @@ class FisherHMCWarmup(WarmupInParts):
             )
 
         self.tuning = tuning(self.target_acceptance)
-        self.unsettled_tuning = tuning(self.unsettled_target_acceptance)
+        self.plateau_tuning = tuning(self.plateau_target_acceptance)
         #: The target the last warm-up run by this object aimed at (set by ``staged_run``
         #: and ``segmented_run``, read by ``fm.sample`` for its acceptance check).
         self.used_target_acceptance = self.target_acceptance
@@ -361,7 +363,7 @@ class FisherHMCWarmup(WarmupInParts):
         on_host = on_host or (lambda fn, *args: fn(*args))
         out = call("fisher_stage", positions)
         looks = self._rule_can_stop(out[0][0])
-        metric, learned, looked = None, False, False
+        metric, learned, plateau = None, False, False
         if not looks:  # the metric's first look, where no stopping rule looks
             metric = on_host(self.choose, out[0][0])
         if looks or not (metric == "diagonal" and self.metric == "auto"):
@@ -372,16 +374,15 @@ class FisherHMCWarmup(WarmupInParts):
                     num_more = min(self.fisher.block, num_more)
                 carry, more = call("fisher_resume", out[0], num_more)
                 verdict = looks and on_host(self.look, out[0][0], carry[0])
-                learned, looked = verdict == "settled", looked or looks
+                learned, plateau = verdict == "settled", verdict == "plateau"
                 out = (carry, extend_info(out[1], more))
                 if verdict:
                     break
             metric = on_host(self.choose, out[0][0], learned if looks else None)
         out = on_host(self.regroup, out)
         settled = on_host(self.settled, out[0][0])
-        unsettled = bool(looked and not learned)  # the rule looked, never found R settled
-        self.used_target_acceptance = self.tuning_target(unsettled)
-        return call("tuning_stage", out, metric, settled, unsettled)
+        self.used_target_acceptance = self.tuning_target(plateau)
+        return call("tuning_stage", out, metric, settled, plateau)
 
     def regroup(self, fisher_out):
         """The Fisher phase's outcome with the chains left behind restarted from others'
@@ -419,7 +420,7 @@ class FisherHMCWarmup(WarmupInParts):
         of ``state`` against that of ``previous`` (the end of the block before). On a
         plateau no ``R`` whitens the newest block as well as sampling noise allows, and
         more signals would not change that (a funnel): the phase stops, and the step-size
-        phase aims at :data:`UNSETTLED_TARGET_ACCEPTANCE`.
+        phase aims at :data:`PLATEAU_TARGET_ACCEPTANCE`.
 
         Chains far behind the others in log density (:func:`chains_behind`) are left out
         while others remain: their ``R`` says nothing of the posterior, and they are
@@ -471,15 +472,15 @@ class FisherHMCWarmup(WarmupInParts):
         # no correlations learned yet where the damping still rules: not a diagonal target
         return "dense" if prior_dominated(r, self.fisher_options["damping"]) else "diagonal"
 
-    def tuning_target(self, unsettled: bool = False) -> float:
+    def tuning_target(self, plateau: bool = False) -> float:
         """The step-size phase's target acceptance (see :meth:`tuning_for`)."""
-        return self.unsettled_target_acceptance if unsettled else self.target_acceptance
+        return self.plateau_target_acceptance if plateau else self.target_acceptance
 
-    def tuning_for(self, unsettled: bool = False):
+    def tuning_for(self, plateau: bool = False):
         """The step-size phase's tuning: towards :attr:`target_acceptance`, or
-        :attr:`unsettled_target_acceptance` after a Fisher phase whose ``R`` the stopping
-        rule never found settled (``unsettled``)."""
-        return self.unsettled_tuning if unsettled else self.tuning
+        :attr:`plateau_target_acceptance` after a Fisher phase the stopping rule ended on
+        a plateau (``plateau``)."""
+        return self.plateau_tuning if plateau else self.tuning
 
     def tuning_stage(
         self,
@@ -489,16 +490,16 @@ class FisherHMCWarmup(WarmupInParts):
         progress=None,
         metric="dense",
         settled=True,
-        unsettled=False,
+        plateau=False,
     ):
         """The step-size phase after the Fisher phase, with ``metric``, of one chain or
         (pooled) of every chain (:func:`fisher_mala.leapfrog_tuning.tuning_stage`);
-        ``settled``: see :meth:`tuning_steps`; ``unsettled``: see :meth:`tuning_for`."""
+        ``settled``: see :meth:`tuning_steps`; ``plateau``: see :meth:`tuning_for`."""
         validation.check_choice("metric", metric, ("dense", "diagonal"))
         _, key_tune = jax.random.split(rng_key)
         num_fisher = fisher_out[1].acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, settled)
-        tuning = self.tuning_for(unsettled)
+        tuning = self.tuning_for(plateau)
         return tuning_stage(tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled)
 
     def run(self, rng_key, positions, num_steps: int, progress: ProgressBar | None = None):

@@ -50,34 +50,32 @@ class WarmupInParts:
         return self.fisher.finish(positions, state, self.split(num_steps)[0])
 
     def tuning_start(
-        self, rng_key, fisher_state, num_steps, progress, offset, metric, unsettled=False
+        self, rng_key, fisher_state, num_steps, progress, offset, metric, plateau=False
     ):
         """The step-size phase's carry after the Fisher phase's final ``fisher_state``."""
-        tuning = self.tuning_for(unsettled)
+        tuning = self.tuning_for(plateau)
         return leapfrog_tuning.tuning_start(tuning, fisher_state, metric)
 
-    def tuning_advance(self, rng_key, carry, num_steps, progress, offset, num, unsettled=False):
+    def tuning_advance(self, rng_key, carry, num_steps, progress, offset, num, plateau=False):
         """``num`` iterations of the step-size phase from warm-up iteration ``offset``."""
         _, key_tune = jax.random.split(rng_key)
-        tuning = self.tuning_for(unsettled)
+        tuning = self.tuning_for(plateau)
         return leapfrog_tuning.tuning_advance(tuning, key_tune, carry, num, offset, progress)
 
     def tuning_whole(
-        self, rng_key, fisher_out, num_steps, progress, offset, metric, settled, unsettled=False
+        self, rng_key, fisher_out, num_steps, progress, offset, metric, settled, plateau=False
     ):
         """:meth:`tuning_stage` in the argument order of the other parts."""
-        return self.tuning_stage(
-            rng_key, fisher_out, num_steps, progress, metric, settled, unsettled
-        )
+        return self.tuning_stage(rng_key, fisher_out, num_steps, progress, metric, settled, plateau)
 
     def tuning_finish(
-        self, rng_key, argument, num_steps, progress=None, offset=None, unsettled=False
+        self, rng_key, argument, num_steps, progress=None, offset=None, plateau=False
     ):
         """What :meth:`tuning_stage` returns, from ``argument = (Fisher info, carry, the
         step-size phase's info)``."""
         finfo, carry, info = argument
         num_tune = info[0].shape[-1]  # the step-size iterations run
-        tuning = self.tuning_for(unsettled)
+        tuning = self.tuning_for(plateau)
         return leapfrog_tuning.tuning_finish(tuning, finfo, carry, info, num_tune)
 
     def segmented_run(self, call, positions, num_steps: int, every, saved=None, save=None,
@@ -134,7 +132,7 @@ class WarmupInParts:
                     verdict = on_host(self.look, tree["previous"], view)
                     meta["stopped"] = bool(verdict)
                     meta["learned"] = verdict == "settled"
-                    meta["looked"] = True
+                    meta["plateau"] = verdict == "plateau"
                 if looks:
                     tree["previous"] = view
             meta["done"] = index + 1
@@ -159,20 +157,19 @@ class WarmupInParts:
             metric = on_host(self.choose, fisher_state, meta.get("learned"))
         (fisher_state, params), info = on_host(self.regroup, ((fisher_state, params), info))
         settled = bool(on_host(self.settled, fisher_state))
-        # the rule looked and never found R settled
-        unsettled = bool(meta.get("looked")) and meta.get("learned") is False
+        plateau = bool(meta.get("plateau"))  # the rule ended the phase on a plateau
         if self.score_prior_weight is not None or self.pooled:  # in one part (docstring)
             argument = ((fisher_state, params), info)
-            out = call("tuning_whole", argument, 0, metric, settled, unsettled)
-            return {"out": out}, {"stage": "done", "unsettled": unsettled}
-        carry = call("tuning_start", fisher_state, 0, metric, unsettled)
+            out = call("tuning_whole", argument, 0, metric, settled, plateau)
+            return {"out": out}, {"stage": "done", "plateau": plateau}
+        carry = call("tuning_start", fisher_state, 0, metric, plateau)
         tree = {"finfo": info, "carry": carry, "info": None}
         meta = {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
-        return tree, {**meta, "unsettled": unsettled}
+        return tree, {**meta, "plateau": plateau}
 
     def _tune_in_parts(self, call, num_steps, every, tree, meta, save):
         """The step-size phase from ``tree`` (:meth:`_to_tuning`) in parts of ``every``."""
-        self.used_target_acceptance = self.tuning_target(meta.get("unsettled", False))
+        self.used_target_acceptance = self.tuning_target(meta.get("plateau", False))
         if meta["stage"] == "done":
             return tree["out"]
         finfo = tree["finfo"]
@@ -182,7 +179,7 @@ class WarmupInParts:
             num = min(every or num_tune, num_tune - meta["done"])
             tree["carry"], more = call(
                 "tuning_advance", tree["carry"], num_fisher + meta["done"], num,
-                meta.get("unsettled", False),
+                meta.get("plateau", False),
             )  # fmt: skip
             tree["info"] = _join([tree["info"], more], lambda part: -1)
             meta["done"] += num
@@ -192,7 +189,7 @@ class WarmupInParts:
         if info is None:  # no step-size iterations: empty infos of the right shape
             empty = np.zeros((*np.shape(finfo.acceptance_rate)[:-1], 0))
             info = (empty, empty.astype(bool), empty.astype(bool), empty.astype(np.int32))
-        return call("tuning_finish", (finfo, tree["carry"], info), 0, meta.get("unsettled", False))
+        return call("tuning_finish", (finfo, tree["carry"], info), 0, meta.get("plateau", False))
 
 
 def _cut(parts, points) -> tuple:

@@ -174,16 +174,16 @@ def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, loo
 
 
 @pytest.mark.parametrize(
-    "verdicts,given,stops_after,unsettled,target",
+    "verdicts,given,stops_after,plateau,target",
     [
         (["", "settled"], None, 2, False, 0.7),  # settled: the default target
-        (["", "plateau"], None, 2, True, 0.8),  # a plateau stops the phase, unsettled
-        ([""] * 4, None, 4, True, 0.8),  # never settled in the whole phase
-        ([""] * 4, 0.65, 4, True, 0.65),  # a target given is used either way
+        (["", "plateau"], None, 2, True, 0.8),  # a plateau stops the phase
+        ([""] * 4, None, 4, False, 0.7),  # still learning at the end: the default
+        (["", "plateau"], 0.65, 2, True, 0.65),  # a target given is used either way
     ],
 )
-def test_a_phase_the_rule_never_found_settled_tunes_towards_the_unsettled_target(
-    verdicts, given, stops_after, unsettled, target
+def test_a_phase_ended_on_a_plateau_tunes_towards_the_plateau_target(
+    verdicts, given, stops_after, plateau, target
 ):
     warm = fm.whitened_warmup.FisherHMCWarmup(
         lambda x: -jnp.sum(x**2), metric="dense", hmc_target_acceptance_rate=given
@@ -206,7 +206,7 @@ def test_a_phase_the_rule_never_found_settled_tunes_towards_the_unsettled_target
         if method == "fisher_resume":
             (num_more,) = extra
             return (_state(np.eye(dim), argument[0].count + num_more), None), info(num_more)
-        tuned.append(extra)  # tuning_stage: (metric, settled, unsettled)
+        tuned.append(extra)  # tuning_stage: (metric, settled, plateau)
         return argument
 
     answers = iter(verdicts)
@@ -218,7 +218,7 @@ def test_a_phase_the_rule_never_found_settled_tunes_towards_the_unsettled_target
     lead = warm.first_fisher_iterations(num_fisher, dim)
     done = min(lead + stops_after * warm.fisher.block, num_fisher)
     assert out[1].acceptance_rate.shape == (done,)
-    assert tuned == [("dense", True, unsettled)]
+    assert tuned == [("dense", True, plateau)]
     assert warm.used_target_acceptance == target
 
 
@@ -402,10 +402,10 @@ def test_fm_sample_is_correct_on_a_correlated_gaussian(sampler, options):
     assert result.sample_stats["is_divergent"].shape == (4, 2000)
     # the step-size phase reaches the target a user sets (the docs' step-size table sends
     # users to it); dual averaging's averaged step ends on the cautious side of it
-    # (the result says which target: the default or, after a Fisher phase whose R the
-    # stopping rule never found settled, the unsettled one)
+    # (the result says which target: the default or, after a Fisher phase the stopping
+    # rule ended on a plateau, the plateau one)
     warmup = fm.whitened_warmup
-    defaults = (warmup.FISHER_NUTS_TARGET_ACCEPTANCE, warmup.UNSETTLED_TARGET_ACCEPTANCE)
+    defaults = (warmup.FISHER_NUTS_TARGET_ACCEPTANCE, warmup.PLATEAU_TARGET_ACCEPTANCE)
     goal = options.get("hmc_target_acceptance_rate", result.target_acceptance)
     assert result.target_acceptance == goal
     assert "hmc_target_acceptance_rate" in options or goal in defaults
