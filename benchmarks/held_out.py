@@ -443,7 +443,7 @@ def main(argv=None) -> None:
         register_held_out(args.posteriordb, targets)
         samplers = nutpie_race.SAMPLERS if args.samplers == "all" else args.samplers.split(",")
         nutpie_race.run(targets, samplers, args.root, args.seed)
-    text = render(args.root, targets)
+    text = render(args.root)  # every built posterior with cells, not only those run now
     (args.root.parent / f"{args.root.name}.md").write_text(text + "\n")
     print(text)
 
