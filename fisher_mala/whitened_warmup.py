@@ -43,15 +43,7 @@ import numpy as np
 
 from fisher_mala import validation
 from fisher_mala.adaptations.dual_averaging import dual_averaging
-from fisher_mala.adaptations.stopping_rule import (
-    AUTO_MAX_DIM,
-    PROBE_SIGNALS_PER_DIM,
-    chains_behind,
-    chains_settled,
-    diagonal_suffices,
-    prior_dominated,
-    stopping_rule,
-)
+from fisher_mala.adaptations.stopping_rule import PROBE_SIGNALS_PER_DIM, chains_behind
 from fisher_mala.leapfrog_tuning import LeapfrogTuning, tuning_stage
 from fisher_mala.progress import ProgressBar
 from fisher_mala.pytree import ravel
@@ -63,6 +55,7 @@ from fisher_mala.whitened_hmc import (
     inverse_mass_matrix,
     require_blackjax,
 )
+from fisher_mala.whitened_warmup_looks import HostLooks
 from fisher_mala.whitened_warmup_parts import WarmupInParts
 
 __all__ = [
@@ -118,7 +111,7 @@ FISHER_STEP_SIZE_LEARNING_RATE = 0.1
 METRICS = ("auto", "dense", "diagonal")
 
 
-class FisherHMCWarmup(WarmupInParts):
+class FisherHMCWarmup(HostLooks, WarmupInParts):
     """Fisher phase, then dual averaging of the leapfrog step (module docstring).
 
     Parameters
@@ -391,87 +384,6 @@ class FisherHMCWarmup(WarmupInParts):
             return fisher_out
         return regroup_chains(fisher_out)
 
-    def settled(self, state) -> bool:
-        """Whether every chain of ``state`` (all chains' Fisher states) is in the typical
-        set of the best one (:func:`~fisher_mala.adaptations.stopping_rule.chains_settled`).
-        One chain, or under ``jit`` (nothing to look at): ``True``."""
-        if not validation.is_concrete(state.logdensity):
-            return True
-        return chains_settled(state.logdensity, np.shape(state.whitened_grad)[-1])
-
-    def _rule_can_stop(self, state) -> bool:
-        """Whether the stopping rule is on and a block has the ``4 d`` signals it needs."""
-        signals = np.shape(state.whitened_grad)[0] if self.pooled else 1
-        return self._rule_can_stop_at(np.shape(state.whitened_grad)[-1], signals)
-
-    def _rule_can_stop_at(self, dim: int, signals_per_iteration: int) -> bool:
-        if not self.rule_applies:
-            return False
-        return dim <= AUTO_MAX_DIM and 4 * dim <= self.fisher.block * signals_per_iteration
-
-    def learned(self, previous, state) -> bool:
-        """Whether :meth:`look` finds ``R`` settled."""
-        return self.look(previous, state) == "settled"
-
-    def look(self, previous, state) -> str:
-        """Whether the Fisher phase may stop: ``"settled"``, ``"plateau"`` or ``""`` (go
-        on), by the stopping rule (``stopping_rule=True``) of
-        :func:`fisher_mala.adaptations.stopping_rule.stopping_rule`, looking at the ``R``
-        of ``state`` against that of ``previous`` (the end of the block before). On a
-        plateau no ``R`` whitens the newest block as well as sampling noise allows, and
-        more signals would not change that (a funnel): the phase stops, and the step-size
-        phase aims at :data:`PLATEAU_TARGET_ACCEPTANCE`.
-
-        Chains far behind the others in log density (:func:`chains_behind`) are left out
-        while others remain: their ``R`` says nothing of the posterior, and they are
-        regrouped (:meth:`regroup`) or given the full step-size phase after the Fisher
-        phase; one chain stuck at a log density of ``-1e30`` no longer holds the others'
-        Fisher phase to its full length."""
-        if not self.rule_applies:
-            return ""
-        per_update = np.shape(state.whitened_grad)[0] if self.pooled else 1  # rank-C
-        rule = stopping_rule(per_update)
-        arrays = (previous.sqrt_precond, previous.count, state.sqrt_precond, state.count)
-        r_prev, n_prev, r_now, n_now = _without_chains_behind(state, self.pooled, *arrays)
-        verdict = rule.update(rule.init(r_prev, n_prev), (r_now, n_now))
-        return "settled" if rule.final(verdict) else "plateau" if verdict.plateau else ""
-
-    def choose(self, fisher_state, learned: bool | None = None) -> str:
-        """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
-
-        With ``metric="auto"``: diagonal when, for every chain, the correlation matrix of
-        the learned ``A = R R^T`` is as close to the identity as sampling noise allows
-        (:func:`diagonal_suffices`): the posterior is then close to independent, and a
-        dense ``R`` would only add ``O(d^2)`` per leapfrog step. Such an ``A`` is evidence
-        only where the signals have taught every direction. ``learned`` says whether the
-        stopping rule found the last block's signals in agreement with the ``R`` before
-        them (a direction the signals have not reached breaks that agreement); ``None``
-        where the rule does not look, and then, from Algorithm 1's isotropic start, the
-        damping must not make most of the learned precision in any direction
-        (:func:`prior_dominated`); from the fast start the correlations alone decide.
-        Otherwise dense. Runs on the host (``O(d^3)`` eigendecompositions per chain,
-        skipped above :data:`AUTO_MAX_DIM`).
-        """
-        if self.metric != "auto":
-            return self.metric
-        if self.score_prior_weight is not None:
-            return "dense"  # the keep-learning update is the dense rank-one recursion
-        r, count = fisher_state.sqrt_precond, fisher_state.count
-        if not validation.is_concrete((r, count)):
-            raise ValueError(
-                "metric='auto' chooses between a dense and a diagonal R on the host after the "
-                "Fisher phase; under jit pass metric='dense' or metric='diagonal'."
-            )
-        num_signals = np.asarray(count, np.float64)
-        if self.pooled:  # one rank-C update per iteration
-            num_signals = num_signals * np.shape(fisher_state.whitened_grad)[0]
-        if not diagonal_suffices(r, num_signals):
-            return "dense"
-        if learned is not None or self.fisher_options.get("fast_start"):  # not Algorithm 1's
-            return "dense" if learned is False else "diagonal"
-        # no correlations learned yet where the damping still rules: not a diagonal target
-        return "dense" if prior_dominated(r, self.fisher_options["damping"]) else "diagonal"
-
     def tuning_target(self, plateau: bool = False) -> float:
         """The step-size phase's target acceptance (see :meth:`tuning_for`)."""
         return self.plateau_target_acceptance if plateau else self.target_acceptance
@@ -516,20 +428,6 @@ class FisherHMCWarmup(WarmupInParts):
             return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
 
         return self.staged_run(call, positions, num_steps)
-
-
-def _without_chains_behind(state, pooled: bool, *per_chain):
-    """``per_chain`` arrays without the chains of ``state`` far behind the others in log
-    density (:func:`chains_behind`), unless that would leave none (or ``state`` holds
-    one chain, or one ``R`` for all: ``pooled``)."""
-    if pooled or np.ndim(state.logdensity) != 1:
-        return per_chain
-    num_chains = np.shape(state.logdensity)[0]
-    behind = chains_behind(state.logdensity, np.shape(state.whitened_grad)[-1])
-    keep = np.setdiff1d(np.arange(num_chains), behind)
-    if not 0 < keep.size < num_chains:
-        return per_chain
-    return tuple(np.asarray(x)[keep] for x in per_chain)
 
 
 def _fisher_phase(logdensity_fn, pooled: bool, fisher_options: dict):
