@@ -166,12 +166,12 @@ def use_cpu_devices() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {count}"
 
 
-def inspect(name: str, regroup: bool = True, damping=None, **options) -> None:
+def inspect(name: str, regroup: bool = True, damping=None, seed: int = 0, **options) -> None:
     """One Fisher NUTS run of the race on ``name``: its warnings (a chain regrouped at the
     end of the Fisher phase names the log densities), warm-up length, divergences, and per
     chain the eigenvalues of ``Sigma^(-1/2) A Sigma^(-1/2)`` times the squared step
     (``A = R R^T`` learned, ``Sigma`` the draws' covariance; all near 1 when ``R``
-    whitens the posterior)."""
+    whitens the posterior). ``seed``: the race's starts and keys (``--seed``)."""
     import warnings
 
     import jax
@@ -181,7 +181,7 @@ def inspect(name: str, regroup: bool = True, damping=None, **options) -> None:
     from benchmarks.race_setup import race_start
 
     target = fm.targets.get(name)
-    positions, key = race_start(target, CHAINS)
+    positions, key = race_start(target, CHAINS, seed)
     options = {"regroup": regroup, **options, **({} if damping is None else {"damping": damping})}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", fm.SamplingWarning)
@@ -228,7 +228,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.inspect:
         extra = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.set)}
-        inspect(args.inspect, regroup=not args.no_regroup, damping=args.damping, **extra)
+        inspect(args.inspect, not args.no_regroup, args.damping, args.seed, **extra)
         return
     if not args.render:
         use_cpu_devices()
