@@ -321,3 +321,31 @@ def test_segments_of_a_warmup_cover_it_in_order_and_respect_its_blocks():
     assert [p.grads_per_step for p in parts][-1] == 2
     with pytest.raises(ValueError, match="every"):
         segments(Schedule(None, phases, None), every=0)
+
+
+def _funnel_ld(x):  # Neal's funnel in 2-d: no one R whitens it, the Fisher phase plateaus
+    return -0.5 * x[0] ** 2 / 9.0 - 0.5 * x[1] ** 2 * jnp.exp(-x[0]) - 0.5 * x[0]
+
+
+def test_a_run_resumed_after_a_plateau_keeps_its_step_size_target(tmp_path, monkeypatch, x64):
+    """A Fisher phase ended on a plateau tunes the step towards PLATEAU_TARGET_ACCEPTANCE;
+    a run resumed in its step-size phase aims at the same target (it is in the saved
+    state) and equals the uninterrupted run."""
+    positions = jax.random.normal(jax.random.key(0), (2, 2))
+
+    def run(**kwargs):
+        return fm.sample(jax.random.key(1), "fisher_nuts", _funnel_ld, positions,
+                         num_warmup=4000, num_samples=100, diagnose=False, **kwargs)  # fmt: skip
+
+    whole = run()
+    assert whole.target_acceptance == fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE
+    path = tmp_path / "run.npz"
+    crashed = _record_saves(monkeypatch, "save_staged", lambda s: s[-1][1]["stage"] == "tuning")
+    with pytest.raises(_Crash):
+        run(checkpoint=path, checkpoint_every=100)
+    assert crashed[-1][1]["plateau"] is True
+    monkeypatch.undo()
+    resumed = run(checkpoint=path, checkpoint_every=100)
+    assert resumed.target_acceptance == whole.target_acceptance
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+    np.testing.assert_array_equal(resumed.parameters.step_size, whole.parameters.step_size)
