@@ -1,6 +1,7 @@
 """The stopping rule of Fisher NUTS's Fisher phase, measured on the race's targets.
 
     python -m benchmarks.stopping_rule        # writes results/stopping_rule.json
+    python -m benchmarks.stopping_rule --targets eight_schools_centered --warmup 20000
 
 Runs the race's Fisher phase (4 chains, the race's starts and keys, ``metric="dense"``)
 and looks at it every 1000 adaptive iterations (one block). Proposition 4 learns the
@@ -20,6 +21,7 @@ The table gives, per look and chain, ``kappa(M)`` over that ratio; the rule
 ``python -m benchmarks.versus_blackjax --stopping-rule on|off`` (the Fisher NUTS page).
 """
 
+import argparse
 import json
 from pathlib import Path
 
@@ -40,13 +42,13 @@ WARMUP = 5000
 BLOCK = 1000
 
 
-def row(name: str) -> dict:
+def row(name: str, num_warmup: int = WARMUP) -> dict:
     with jax.enable_x64(name in POSTERIORDB):
         target = fm.targets.get(name)
         positions, key_run = race_start(target, 4)
         warmup = whitened_warmup.FisherHMCWarmup(target.logdensity_fn, metric="dense")
         fisher = warmup.fisher
-        num_fisher, _ = warmup.split(WARMUP)
+        num_fisher, _ = warmup.split(num_warmup)
         keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(jax.random.split(key_run, 4))
         keys = jax.vmap(lambda k: jax.random.split(k)[0])(keys)  # fisher_stage's key
         done = fisher.num_mala_steps + BLOCK
@@ -90,7 +92,19 @@ def render(path=OUT) -> str:
     return templating.table(header, cells)
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--targets", help="comma-separated targets: print their looks, write nothing"
+    )
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="with --targets")
+    args = parser.parse_args(argv)
+    if args.targets:
+        for name in args.targets.split(","):
+            for look in row(name, args.warmup)["looks"]:
+                ratios = ", ".join(f"{r:.2f}" for r in look["ratio"])
+                print(f"{name} to iteration {look['iteration']}: kappa / noise {ratios}")
+        return
     names = [t for t in (*TARGETS, *POSTERIORDB) if t != "mnist56"]
     rows = []
     for name in names:

@@ -607,7 +607,7 @@ class _Run:
             return out
 
         out = warmup.staged_run(call, positions, self.num_warmup, on_host)
-        self.used_target_acceptance = getattr(warmup, "used_target_acceptance", None)
+        self.used_target_acceptance = warmup.used_target_acceptance
         return out, sum(compile_seconds), sum(run_seconds)
 
     def sampling(self, one_state: bool, num: int):
@@ -838,7 +838,7 @@ def _warm_up_segmented(run: "_Run", keys, positions, data, saved):
         saved = (jax.tree.map(jnp.asarray, saved["tree"]), saved["meta"])
     every = run.checkpoint.every
     out = warmup.segmented_run(call, positions, run.num_warmup, every, saved, save, on_host)
-    run.used_target_acceptance = getattr(warmup, "used_target_acceptance", None)
+    run.used_target_acceptance = warmup.used_target_acceptance
     return out, seconds["compile"], seconds["run"]
 
 
@@ -1031,7 +1031,7 @@ def sample(
         stats["num_grad_evals"]
     ).sum(-1)
     # The target the warm-up aimed at (Fisher NUTS / HMC choose theirs as they go).
-    target = getattr(run, "used_target_acceptance", None)
+    target = run.used_target_acceptance
     target = None if plan.custom else float(target or run.warmup(data).target_acceptance)
     result = SamplingResult(
         plan.name, samples, stats, parameters, warmup_info, final_state, num_grad_evals,

@@ -139,13 +139,10 @@ def test_stopping_rule_leaves_out_a_chain_far_behind():
     assert not look([-10.0, -11.0, -9.0, -12.0])
 
 
-@pytest.mark.parametrize("dim,looks", [(10, 4), (300, 0)])
-def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, looks):
-    """The stage driver, with stand-in stages: one look per block for small d; none (no
-    O(d^3) solve on the host) where a block holds fewer than 4d signals."""
-    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
-    num_steps = 5000
-    num_fisher, _ = warm.split(num_steps)  # 4500: 875 (scout, restart windows) + 4 blocks
+def _stand_in_stages(warm, num_fisher, dim, tuned):
+    """``call`` for :meth:`staged_run` with stand-in stages: the Fisher phase's parts
+    return identity ``R``s and empty infos; the step-size stage records its extra
+    arguments in ``tuned`` and returns the Fisher phase's output."""
 
     def info(n):
         zeros = np.zeros(n)
@@ -160,14 +157,26 @@ def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, loo
         if method == "fisher_resume":
             (num_more,) = extra
             return (_state(np.eye(dim), argument[0].count + num_more), None), info(num_more)
-        return argument  # tuning_stage: the Fisher phase's output
+        tuned.append(extra)  # tuning_stage: (metric, settled, plateau)
+        return argument
 
+    return call
+
+
+@pytest.mark.parametrize("dim,looks", [(10, 4), (300, 0)])
+def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, looks):
+    """The stage driver, with stand-in stages: one look per block for small d; none (no
+    O(d^3) solve on the host) where a block holds fewer than 4d signals."""
+    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+    num_steps = 5000
+    num_fisher, _ = warm.split(num_steps)  # 4500: 875 (scout, restart windows) + 4 blocks
     seen = []
 
     def on_host(fn, *args):
         seen.append(fn.__name__)
         return "" if fn.__name__ == "look" else fn(*args)
 
+    call = _stand_in_stages(warm, num_fisher, dim, [])
     out = warm.staged_run(call, None, num_steps, on_host)
     assert out[1].acceptance_rate.shape == (num_fisher,)  # the whole phase, never stopped
     assert seen.count("look") == looks
@@ -190,31 +199,13 @@ def test_a_phase_ended_on_a_plateau_tunes_towards_the_plateau_target(
     )
     num_steps, dim = 5000, 10
     num_fisher, _ = warm.split(num_steps)
-
-    def info(n):
-        zeros = np.zeros(n)
-        return fm.schedule.WarmupInfo(
-            zeros, zeros > 0, zeros == 0, initial_step_size=0.1, num_grad_evals=n, trace=None
-        )
-
-    tuned = []
-
-    def call(method, argument, *extra):
-        if method == "fisher_stage":
-            first = warm.first_fisher_iterations(num_fisher, dim)
-            return (_state(np.eye(dim), first), None), info(first)
-        if method == "fisher_resume":
-            (num_more,) = extra
-            return (_state(np.eye(dim), argument[0].count + num_more), None), info(num_more)
-        tuned.append(extra)  # tuning_stage: (metric, settled, plateau)
-        return argument
-
-    answers = iter(verdicts)
+    tuned, answers = [], iter(verdicts)
 
     def on_host(fn, *args):
         return next(answers) if fn.__name__ == "look" else fn(*args)
 
-    out = warm.staged_run(call, None, num_steps, on_host)
+    out = warm.staged_run(call=_stand_in_stages(warm, num_fisher, dim, tuned), positions=None,
+                          num_steps=num_steps, on_host=on_host)  # fmt: skip
     lead = warm.first_fisher_iterations(num_fisher, dim)
     done = min(lead + stops_after * warm.fisher.block, num_fisher)
     assert out[1].acceptance_rate.shape == (done,)

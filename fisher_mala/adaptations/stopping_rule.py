@@ -69,7 +69,8 @@ PROBE_SIGNALS_PER_DIM = 16
 LEARNED_NOISE_FACTOR = 2.0
 #: Where the target's curvature changes with position (a funnel) no ``R`` whitens every
 #: block's signals, and the rule above never fires: on the centred eight schools the ratio
-#: stays between 1.3 and 9 for 16 000 iterations (``python -m benchmarks.stopping_rule``).
+#: stays between 1.3 and 9, never within 2 on every chain at once, for 16 000 iterations
+#: (``python -m benchmarks.stopping_rule --targets eight_schools_centered --warmup 20000``).
 #: The phase then also ends (a plateau, not settled) at the first look where the newest
 #: block is within this factor of sampling noise on every chain ...
 PLATEAU_NOISE_FACTOR = 10.0
