@@ -171,7 +171,8 @@ def inspect(name: str, regroup: bool = True, damping=None, seed: int = 0, **opti
     end of the Fisher phase names the log densities), warm-up length, divergences, and per
     chain the eigenvalues of ``Sigma^(-1/2) A Sigma^(-1/2)`` times the squared step
     (``A = R R^T`` learned, ``Sigma`` the draws' covariance; all near 1 when ``R``
-    whitens the posterior). ``seed``: the race's starts and keys (``--seed``)."""
+    whitens the posterior), and the draws against the posteriordb reference (max |z|).
+    ``seed``: the race's starts and keys (``--seed``)."""
     import warnings
 
     import jax
@@ -179,6 +180,7 @@ def inspect(name: str, regroup: bool = True, damping=None, seed: int = 0, **opti
     jax.config.update("jax_enable_x64", True)
     import fisher_mala as fm
     from benchmarks.race_setup import race_start
+    from benchmarks.versus_blackjax import _reference_check
 
     target = fm.targets.get(name)
     positions, key = race_start(target, CHAINS, seed)
@@ -197,7 +199,13 @@ def inspect(name: str, regroup: bool = True, damping=None, seed: int = 0, **opti
           "| warm-up iterations", r.warmup_info.acceptance_rate.shape[-1],
           "| divergences", np.asarray(r.sample_stats["is_divergent"]).sum(-1),
           f"| leapfrog steps per draw {np.mean(r.sample_stats['num_grad_evals']):.2f}",
-          f"| acceptance {np.mean(r.sample_stats['acceptance_rate']):.3f}")  # fmt: skip
+          f"| acceptance {np.mean(r.sample_stats['acceptance_rate']):.3f}",
+          f"| target {r.target_acceptance}")  # fmt: skip
+    check = _reference_check(target, draws)
+    if check:
+        low, high = check["reference_sd_ratio"]
+        print(f"reference: max abs z {check['reference_max_abs_z']:.2f}, "
+              f"sd ratios {low:.3f} to {high:.3f}")  # fmt: skip
     sqrt = r.parameters.sqrt_precond
     if isinstance(sqrt, fm.DiagonalSqrt):
         sqrt = np.stack([np.diag(s) for s in np.asarray(sqrt.scale)])

@@ -316,6 +316,7 @@ def _run_and_record(target_name, sampler, args, protocol, path):
             "warmup_iterations": int(r.warmup_info.acceptance_rate.shape[-1]),
             "step_size": np.asarray(r.parameters.step_size).tolist(),
             "acceptance_mean": float(np.mean(r.sample_stats["acceptance_rate"])),
+            "target_acceptance": float(r.target_acceptance),
             "divergences": int(np.sum(r.sample_stats["is_divergent"])),
         }
     elif sampler in NUTPIE:

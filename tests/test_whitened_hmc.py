@@ -186,7 +186,7 @@ def test_staged_run_looks_after_each_block_only_where_the_rule_can_stop(dim, loo
     "verdicts,given,stops_after,plateau,target",
     [
         (["", "settled"], None, 2, False, 0.7),  # settled: the default target
-        (["", "plateau"], None, 2, True, 0.8),  # a plateau stops the phase
+        (["", "plateau"], None, 2, True, 0.9),  # a plateau stops the phase
         ([""] * 4, None, 4, False, 0.7),  # still learning at the end: the default
         (["", "plateau"], 0.65, 2, True, 0.65),  # a target given is used either way
     ],
