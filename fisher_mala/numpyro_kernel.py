@@ -65,8 +65,10 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
         if init_params is None:
             raise ValueError("`init_params` is needed with `potential_fn`.")
         return _checked_init_params(kernel, init_params, init_params)
+    # A batch of one key: NumPyro then finds the initial point in one compiled loop (with
+    # one key it runs the model op by op, each operation compiled on its own: seconds).
     params, potential_gen, kernel._postprocess_fn, _ = initialize_model(
-        rng_key,
+        rng_key[None],
         kernel._model,
         dynamic_args=True,
         init_strategy=kernel._init_strategy,
@@ -74,9 +76,10 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
         model_kwargs=model_kwargs,
     )
     kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
+    found = jax.tree.map(lambda x: x[0], params[0])
     if init_params is None:
-        return params[0]
-    return _checked_init_params(kernel, init_params, params[0])
+        return found
+    return _checked_init_params(kernel, init_params, found)
 
 
 #: Adaptive Fisher iterations per unconstrained dimension below which the NumPyro kernels
@@ -431,14 +434,17 @@ def sample_numpyro(
         raise ValueError(f"`num_chains` must be an integer >= 1, got {num_chains!r}.")
     model_kwargs, options = _split_kwargs(model, options, model_kwargs)
     key_init, key_run = jax.random.split(rng_key)
-    inits = [
-        initialize_model(
-            k, model, model_args=model_args, model_kwargs=model_kwargs, dynamic_args=False
-        )
-        for k in jax.random.split(key_init, num_chains)
-    ]
-    positions = jax.tree.map(lambda *z: jnp.stack(z), *[i.param_info.z for i in inits])
-    potential_fn, postprocess = inits[0].potential_fn, inits[0].postprocess_fn
+    # A batch of keys: NumPyro finds every chain's initial point in one compiled loop
+    # (one key runs the model op by op, each operation compiled on its own: seconds).
+    init = initialize_model(
+        jax.random.split(key_init, num_chains),
+        model,
+        model_args=model_args,
+        model_kwargs=model_kwargs,
+        dynamic_args=False,
+    )
+    positions = init.param_info.z
+    potential_fn, postprocess = init.potential_fn, init.postprocess_fn
 
     def logdensity(z):
         return -potential_fn(z)

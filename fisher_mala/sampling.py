@@ -185,13 +185,25 @@ def _check_initial_positions(logdensity_fn, initial_positions) -> int:
     if num_chains < 1:
         raise ValueError("`initial_positions` has no chains (leading axis of size 0).")
     first = jax.tree.map(lambda x: x[0], initial_positions)
-    validation.check_logdensity(logdensity_fn, first)
-    values = jax.vmap(logdensity_fn)(initial_positions)
+    validation.check_logdensity(logdensity_fn, first, evaluate=False)  # shape and dtype
+    # Every chain's value and gradient in one small compiled program: run op by op, a
+    # model's log density compiles each of its operations on its own (seconds for a
+    # NumPyro model), before the sampler's own compilation.
+    values, grads = jax.jit(jax.vmap(jax.value_and_grad(logdensity_fn)))(initial_positions)
     bad = np.flatnonzero(~np.isfinite(np.asarray(values)))
     if bad.size:
         raise ValueError(
             f"`logdensity_fn` is not finite at the initial positions of chains {bad.tolist()}; "
             "start every chain inside the support."
+        )
+    finite = np.ones(num_chains, bool)
+    for g in jax.tree.leaves(grads):
+        finite &= np.isfinite(np.asarray(g)).reshape(num_chains, -1).all(axis=1)
+    if not finite.all():
+        raise ValueError(
+            "The gradient of `logdensity_fn` contains NaN or inf at the initial positions of "
+            f"chains {np.flatnonzero(~finite).tolist()}; start every chain at a point where "
+            "the log density is differentiable."
         )
     return int(num_chains)
 

@@ -107,11 +107,12 @@ def check_position(position) -> None:
                 )
 
 
-def check_logdensity(logdensity_fn: Callable, position) -> None:
+def check_logdensity(logdensity_fn: Callable, position, evaluate: bool = True) -> None:
     """Check that ``logdensity_fn(position)`` is a finite real scalar with a finite gradient.
 
     The shape and dtype are checked by abstract evaluation (``jax.eval_shape``), which
-    compiles nothing; values are checked only when ``position`` is concrete.
+    compiles nothing; values are checked only when ``position`` is concrete and
+    ``evaluate`` is true.
     """
     if not callable(logdensity_fn):
         raise TypeError(f"`logdensity_fn` must be callable, got {logdensity_fn!r}.")
@@ -133,7 +134,7 @@ def check_logdensity(logdensity_fn: Callable, position) -> None:
             f"`logdensity_fn` returned dtype {out.dtype}; it must return a real float "
             "(integer operations are not differentiable)."
         )
-    if not is_concrete(position):
+    if not evaluate or not is_concrete(position):
         return
     value, grad = jax.value_and_grad(logdensity_fn)(position)
     if not bool(np.isfinite(np.asarray(value))):
