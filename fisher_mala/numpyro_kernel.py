@@ -65,18 +65,36 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
         if init_params is None:
             raise ValueError("`init_params` is needed with `potential_fn`.")
         return _checked_init_params(kernel, init_params, init_params)
+
+    def initialize(keys):
+        return initialize_model(
+            keys,
+            kernel._model,
+            dynamic_args=True,
+            init_strategy=kernel._init_strategy,
+            model_args=model_args,
+            model_kwargs=model_kwargs,
+        )
+
     # A batch of one key: NumPyro then finds the initial point in one compiled loop (with
     # one key it runs the model op by op, each operation compiled on its own: seconds).
-    params, potential_gen, kernel._postprocess_fn, _ = initialize_model(
-        rng_key[None],
-        kernel._model,
-        dynamic_args=True,
-        init_strategy=kernel._init_strategy,
-        model_args=model_args,
-        model_kwargs=model_kwargs,
-    )
-    kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
-    found = jax.tree.map(lambda x: x[0], params[0])
+    # NumPyro passes the same argument objects to the init of every chain of a run: the
+    # first chain's functions are kept, and later chains find their points with one
+    # compiled program (kept with the objects, so that their ids stay theirs).
+    cache_key = (id(model_args), id(model_kwargs))
+    cached = getattr(kernel, "_initializations", {}).get(cache_key)
+    if cached is None or not is_prng_key(rng_key):
+        params, potential_gen, kernel._postprocess_fn, _ = initialize(rng_key[None])
+        kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
+        found = params[0]
+        if is_prng_key(rng_key):  # not under NumPyro's jit / pmap (parallel chains)
+            finder = jax.jit(lambda keys: initialize(keys).param_info.z)
+            kept = (model_args, model_kwargs, kernel._potential_fn, kernel._postprocess_fn)
+            kernel._initializations = {cache_key: (*kept, finder)}
+    else:
+        _, _, kernel._potential_fn, kernel._postprocess_fn, finder = cached
+        found = finder(rng_key[None])
+    found = jax.tree.map(lambda x: x[0], found)
     if init_params is None:
         return found
     return _checked_init_params(kernel, init_params, found)
@@ -236,6 +254,7 @@ class FisherMALAKernel(MCMCKernel):
         self._find_step_size = bool(find_step_size)
         self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
         self._postprocess_fn = None
+        self._initializations = {}  # see `_initialize`
         self._num_warmup = 0
         self._signal, self._learning_rate = signal, learning_rate
         self._build_kernels()
@@ -352,6 +371,7 @@ class FisherMALAKernel(MCMCKernel):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_adaptive"] = state["_frozen"] = None
+        state["_initializations"] = {}
         return state
 
     def __setstate__(self, state):
@@ -558,6 +578,7 @@ class FisherNUTSKernel(MCMCKernel):
         self._warmup_options = {"metric": "dense", "stopping_rule": False, **warmup_options}
         self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
         self._postprocess_fn = None
+        self._initializations = {}  # see `_initialize`
         self._num_warmup = 0
         self._kernel = whitened_hmc.build_kernel(algorithm)
         # the warm-up compiled once for all chains of a run (see `init`)
@@ -685,6 +706,7 @@ class FisherNUTSKernel(MCMCKernel):
         state = self.__dict__.copy()
         state["_kernel"] = None
         state["_compiled_warmups"] = {}
+        state["_initializations"] = {}
         state["_split_warmup"] = None
         return state
 

@@ -185,21 +185,30 @@ def test_sample_numpyro_takes_the_models_arguments_and_feeds_loo_and_compare():
 
 def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch):
     """NumPyro calls ``init`` once per chain (``chain_method="sequential"``): the warm-up is
-    traced (and compiled) once for the four chains, not four times."""
+    traced (and compiled) once for the four chains, not four times; the model is set up
+    twice (the first chain's initial point and functions, then one compiled program that
+    finds the other chains' points)."""
+    from fisher_mala import numpyro_kernel
     from fisher_mala.whitened_warmup import FisherHMCWarmup
 
-    traces = []
-    original = FisherHMCWarmup.run
+    traces, setups = [], []
+    original, initialize = FisherHMCWarmup.run, numpyro_kernel.initialize_model
 
     def counting(self, *args, **kwargs):
         traces.append(1)
         return original(self, *args, **kwargs)
 
+    def counting_setups(*args, **kwargs):
+        setups.append(1)
+        return initialize(*args, **kwargs)
+
     monkeypatch.setattr(FisherHMCWarmup, "run", counting)
+    monkeypatch.setattr(numpyro_kernel, "initialize_model", counting_setups)
     mcmc = MCMC(fm.FisherNUTSKernel(eight_schools), num_warmup=200, num_samples=50,
                 num_chains=4, chain_method="sequential", progress_bar=False)  # fmt: skip
     mcmc.run(jax.random.key(0), SIGMA, y=Y)
     assert len(traces) == 1
+    assert len(setups) == 2
     samples = mcmc.get_samples(group_by_chain=True)["mu"]
     assert samples.shape == (4, 50) and len({float(s[0]) for s in samples}) == 4
 
