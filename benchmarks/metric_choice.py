@@ -1,6 +1,8 @@
 """Which metric ``metric="auto"`` gives Fisher NUTS on each race target, and why.
 
     python -m benchmarks.metric_choice        # writes results/metric_choice.json
+    python -m benchmarks.metric_choice --targets hmm_drive_0,sblri --warmup 20000 --seed 1
+                                              # other targets, lengths, seeds: printed only
 
 Runs ``fm.sample(key, "fisher_nuts", ...)`` with the race's starts and keys (4 chains,
 5000 warm-up iterations at most) and records every call of the metric rule
@@ -11,6 +13,7 @@ and the choice. Where the stopping rule looks, the rule is called once, when the
 phase ends.
 """
 
+import argparse
 import json
 import warnings
 from pathlib import Path
@@ -28,6 +31,7 @@ from fisher_mala.adaptations.stopping_rule import (
     correlation_condition_number,
     noise_condition_number,
 )
+from fisher_mala.targets import posteriordb_more
 
 OUT = Path(__file__).resolve().parent / "results" / "metric_choice.json"
 WARMUP = 5000
@@ -45,7 +49,9 @@ def look(state, dim, choice) -> dict:
     }
 
 
-def row(name: str) -> dict:
+def row(name: str, num_warmup: int = WARMUP, seed: int = 0) -> dict:
+    """Every look of the metric rule in ``fm.sample(key, "fisher_nuts", ...)`` on ``name``
+    with the race's starts and keys of ``seed`` (float64 for posteriordb posteriors)."""
     looks = []
     choose = whitened_warmup.FisherHMCWarmup.choose
 
@@ -54,11 +60,11 @@ def row(name: str) -> dict:
         looks.append(look(fisher_state, np.shape(fisher_state.sqrt_precond)[-1], choice))
         return choice
 
-    with jax.enable_x64(name in POSTERIORDB):
+    with jax.enable_x64(name in POSTERIORDB or name in posteriordb_more.POSTERIORS):
         target = fm.targets.get(name)
-        positions, key = race_start(target, 4)
+        positions, key = race_start(target, 4, seed)
         with mock.patch.object(whitened_warmup.FisherHMCWarmup, "choose", recorded):
-            fm.sample(key, "fisher_nuts", target.logdensity_fn, positions, num_warmup=WARMUP,
+            fm.sample(key, "fisher_nuts", target.logdensity_fn, positions, num_warmup=num_warmup,
                       num_samples=1, diagnose=False)  # fmt: skip
     return {"target": name, "dim": target.dim, "looks": looks, "choice": looks[-1]["choice"]}
 
@@ -76,13 +82,24 @@ def render(path=OUT) -> str:
     return templating.table(header, rows)
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", help="comma-separated names (printed, not saved)")
+    parser.add_argument("--warmup", type=int, default=WARMUP)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
     names = [t for t in (*TARGETS, *POSTERIORDB) if t != "mnist56"]
+    custom = args.targets is not None or args.warmup != WARMUP or args.seed != 0
+    if args.targets is not None:
+        names = args.targets.split(",")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a one-draw run's checks say nothing
-        rows = [row(name) for name in names]
-    for r in rows:
-        print(r, flush=True)
+        rows = []
+        for name in names:
+            rows.append(row(name, args.warmup, args.seed))
+            print(rows[-1], flush=True)
+    if custom:
+        return
     OUT.write_text(json.dumps(rows, indent=1))
     print(render())
 

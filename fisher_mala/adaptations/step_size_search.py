@@ -121,14 +121,23 @@ def bracket_step_size(mean_acceptance: Callable, step, target, max_doublings: in
     smallest step tried) and the number of doublings or halvings made.
     """
     search = step_size_search(target)
+    # The guess is evaluated in the loop too (a first pass, count -1, direction 1 so that
+    # the trial step is the guess, then the search's own start): the compiled program then
+    # holds one copy of ``mean_acceptance`` (the proposals and the log density's gradient)
+    # instead of two.
+    step = jnp.asarray(step)
 
     def body(state):
-        return search.update(state, mean_acceptance(trial_step_size(state)))
+        rate = mean_acceptance(trial_step_size(state))
+        started = search.init(state.step_size, rate).direction
+        direction = jnp.where(state.count < 0, started, state.direction)
+        return search.update(state, rate)._replace(direction=direction)
 
+    before = StepSizeSearchState(
+        step, jnp.ones((), step.dtype), jnp.zeros((), bool), -jnp.ones((), jnp.int32)
+    )
     state = jax.lax.while_loop(
-        lambda s: search_continues(s, max_doublings),
-        body,
-        search.init(step, mean_acceptance(step)),
+        lambda s: (s.count < 0) | search_continues(s, max_doublings), body, before
     )
     return search.final(state), state.count
 
