@@ -52,8 +52,9 @@ __all__ = [
 #: loses them. Measured on the race's posteriors (d = 3 to 10, ``python -m
 #: benchmarks.nutpie_race --inspect NAME --set "metric='dense'"``): with a factor of 2
 #: the diagonal was picked on four of them, and the dense ``R`` drew 1.17 to 1.46 times
-#: the min ESS per gradient on two of them (learned condition numbers 0.9 to 1.6 times
-#: the noise's), 1.03 to 1.10 on a third, 0.85 to 0.88 on the fourth.
+#: the min ESS per gradient on two of them (learned condition numbers 0.85 to 1.61 times
+#: the noise's: ``python -m benchmarks.metric_choice --targets NAME --warmup 20000``),
+#: 1.03 to 1.10 on a third, 0.85 to 0.88 on the fourth.
 DIAGONAL_NOISE_FACTOR = 1.0
 #: Above this dimension ``metric="auto"`` keeps the dense ``R`` without checking (the check
 #: is one ``O(d^3)`` eigendecomposition on the host, less than the ``O(d^2)`` Fisher phase
