@@ -83,11 +83,12 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     # compiled program (kept with the objects, so that their ids stay theirs).
     cache_key = (id(model_args), id(model_kwargs))
     cached = getattr(kernel, "_initializations", {}).get(cache_key)
-    if cached is None or not is_prng_key(rng_key):
+    concrete = validation.is_concrete((rng_key, model_args, model_kwargs))
+    if cached is None or not concrete:
         params, potential_gen, kernel._postprocess_fn, _ = initialize(rng_key[None])
         kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
         found = params[0]
-        if is_prng_key(rng_key):  # not under NumPyro's jit / pmap (parallel chains)
+        if concrete:  # not under NumPyro's jit / pmap / vmap (parallel, vectorized chains)
             finder = jax.jit(lambda keys: initialize(keys).param_info.z)
             kept = (model_args, model_kwargs, kernel._potential_fn, kernel._postprocess_fn)
             kernel._initializations = {cache_key: (*kept, finder)}
