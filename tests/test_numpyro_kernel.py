@@ -243,3 +243,21 @@ def test_a_warm_up_too_short_for_the_fisher_phase_warns_once_with_a_length_that_
     assert nuts._num_fisher(suggested) >= needed > nuts._num_fisher(suggested - 1)
     assert suggested_num_warmup(nuts, 10) == suggested
     assert suggested_num_warmup(kernel, 10) == 1000
+
+
+def test_the_kernels_start_where_numpyro_would_with_one_key():
+    """The batched and compiled set-ups find the points NumPyro's own one-key
+    ``initialize_model`` finds (first chain eagerly, later chains by the kept program)."""
+    from numpyro.infer.util import initialize_model
+
+    from fisher_mala.numpyro_kernel import _initialize
+
+    kernel = fm.FisherNUTSKernel(eight_schools)
+    args, kwargs = (SIGMA,), {"y": Y}
+    for seed in (0, 1, 2):
+        key = jax.random.key(seed)
+        found = _initialize(kernel, key, None, args, kwargs)
+        expected = initialize_model(key, eight_schools, model_args=args, model_kwargs=kwargs)
+        for site, value in expected.param_info.z.items():
+            np.testing.assert_array_equal(np.asarray(found[site]), np.asarray(value))
+    assert len(kernel._initializations) == 1

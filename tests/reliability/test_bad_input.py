@@ -99,3 +99,14 @@ def test_bad_input_gives_a_clear_error_before_compilation(name, fn, match, monke
     monkeypatch.setattr(fm.sampling, "_compile_and_run", no_compile)
     with pytest.raises((ValueError, TypeError), match=match):
         fn()
+
+
+def test_sample_names_the_chains_whose_initial_gradient_is_not_finite():
+    """Every chain's gradient is checked (in one compiled call), not only the first's."""
+
+    def ld(x):  # finite everywhere; the gradient of |x0| is 0/0 at x0 = 0
+        return -0.5 * jnp.sum(x**2) + 0.0 * jnp.sqrt(x[0] ** 2)
+
+    positions = jnp.array([[1.0, 1.0], [0.0, 1.0], [2.0, 0.5]])
+    with pytest.raises(ValueError, match=r"gradient .* chains \[1\]"):
+        fm.sample(jax.random.key(0), "mala", ld, positions, num_warmup=10, num_samples=10)
