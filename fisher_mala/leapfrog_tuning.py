@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fisher_mala import geometric_widening
 from fisher_mala.adaptations.base import Adaptation
 from fisher_mala.pytree import ravel
 from fisher_mala.schedule import Phase, WarmupInfo, WarmupParameters, iterate
@@ -77,26 +78,32 @@ class LeapfrogTuning(NamedTuple):
     score_prior_weight: Any
 
 
-def tune_step_size(tuning, rng_key, state, initial_step, num_steps, offset, progress):
+def tune_step_size(tuning, rng_key, state, initial_step, num_steps, offset, progress,
+                   widen_at=None):  # fmt: skip
     """Dual averaging of the leapfrog step for one chain (and, optionally, more learning).
 
     Returns the state, the tuned step, the per-iteration info and the mean of
     ``|R^T g|^2`` over the last visited states, which gives the scale of the whitened
-    target (:func:`normalize`).
+    target (:func:`normalize`). With ``widen_at``
+    (:func:`~fisher_mala.geometric_widening.widening_point`), ``R`` is widened after that
+    many iterations where the draws show the posterior wider than its Fisher metric, and the
+    step is tuned again from there (:func:`widen_and_restart`).
     """
     da_init, _, da_final = tuning.dual_averaging
     da = da_init(initial_step)
     if tuning.score_prior_weight is None or num_steps < 2:
-        state, da, info, mean_sq = _dual_averaging(
-            tuning, rng_key, state, da, num_steps, offset, progress, None
+        widen_iteration = None if widen_at is None else offset + widen_at
+        state, da, info, sums, _ = _dual_averaging(
+            tuning, rng_key, state, da, num_steps, offset, progress, None, widen_iteration
         )
+        mean_sq = sums[0] / sums[1]
     else:
         first = num_steps // 2
         key_first, key_second = jax.random.split(rng_key)
-        state, da, info_first, mean_sq = _dual_averaging(
+        state, da, info_first, sums, _ = _dual_averaging(
             tuning, key_first, state, da, first, offset, progress, None
         )
-        state, k = normalize(state, mean_sq)
+        state, k = normalize(state, sums[0] / sums[1])
         shift = jnp.log(k).astype(da.log_step_size.dtype)
         da = da._replace(
             log_step_size=da.log_step_size - shift,
@@ -104,33 +111,64 @@ def tune_step_size(tuning, rng_key, state, initial_step, num_steps, offset, prog
             mu=da.mu - shift,
         )
         prior = tuning.score_prior_weight * state.whitened_grad.shape[-1]
-        state, da, info_second, mean_sq = _dual_averaging(
+        state, da, info_second, sums, _ = _dual_averaging(
             tuning, key_second, state, da, num_steps - first, offset + first, progress, prior
         )
+        mean_sq = sums[0] / sums[1]
         info = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info_first, info_second)
     step = da_final(da) if num_steps else initial_step
     return state, jnp.asarray(step, initial_step.dtype), info, mean_sq
 
 
-def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, prior_weight):
-    """``num_steps`` NUTS / HMC transitions with dual averaging of the leapfrog step.
+def _sums(state):
+    """``(sum of |R^T g|^2, count)`` at the start of a phase: the state's own."""
+    return jnp.sum(state.whitened_grad**2), jnp.ones((), state.whitened_grad.dtype)
+
+
+def widen_and_restart(tuning, state, da, sums, moments):
+    """``(state, dual-averaging state, sums)`` after :func:`~fisher_mala.geometric_widening.
+    widen` on the draws summed in ``moments``: where ``R`` was widened, the dual averaging
+    restarts from its averaged step so far (shrunk by the fourth root of the largest
+    variance factor) and the sums of ``|R^T g|^2`` from the widened state; elsewhere all
+    three are unchanged, bit for bit."""
+    da_init, _, da_final = tuning.dual_averaging
+    num = jnp.maximum(sums[1] - 1, 1)  # the draws summed: the states before this one
+    widened_state, factor = geometric_widening.widen(state, moments, num)
+    widened = factor > 1.0
+    step = jnp.asarray(da_final(da), state.whitened_grad.dtype) / factor**0.25
+    restart = (widened_state, da_init(step), _sums(widened_state))
+    return jax.tree.map(lambda new, old: jnp.where(widened, new, old), restart, (state, da, sums))
+
+
+def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, prior_weight,
+                    widen_iteration=None):  # fmt: skip
+    """``num_steps`` NUTS / HMC transitions with dual averaging of the leapfrog step:
+    ``(state, da, info, sums, moments)``, ``sums`` the running ``(sum of |R^T g|^2,
+    count)``. With ``widen_iteration`` (counted from the start of the warm-up), the draws
+    before it are summed in ``moments`` and ``R`` is widened there
+    (:func:`widen_and_restart`); else ``moments`` is None.
 
     HMC's number of leapfrog steps follows the running estimate of the whitened
     target's scale, so that its trajectories last ``TRAJECTORY_LENGTH`` in units of the
     target's spread. With ``prior_weight``, ``R`` also absorbs the score at every draw
     (``score_prior_weight``).
     """
-    phase = _step_size_phase(tuning, state, num_steps, prior_weight)
-    start = (state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), state.whitened_grad.dtype))
-    (state, da, sum_sq, count), info, _ = iterate(
-        phase, rng_key, start, num_steps, offset, progress
-    )
-    return state, da, info, sum_sq / count
+    start = (state, da, *_sums(state))
+    if widen_iteration is not None:
+        moments = geometric_widening.moments_init(state)
+        start = (*start, moments, jnp.asarray(widen_iteration, jnp.int32))
+    phase = _step_size_phase(tuning, state, num_steps, prior_weight, widen_iteration is not None)
+    carry, info, _ = iterate(phase, rng_key, start, num_steps, offset, progress)
+    moments = carry[4] if widen_iteration is not None else None
+    return carry[0], carry[1], info, carry[2:4], moments
 
 
-def _step_size_phase(tuning, state, num_steps, prior_weight) -> Phase:
+def _step_size_phase(tuning, state, num_steps, prior_weight, widening=False) -> Phase:
     """The :class:`~fisher_mala.schedule.Phase` of :func:`_dual_averaging`: its state is
-    ``(kernel state, dual-averaging state, sum of |R^T g|^2, count)``."""
+    ``(kernel state, dual-averaging state, sum of |R^T g|^2, count)``, and with
+    ``widening`` the draws' :class:`~fisher_mala.geometric_widening.Moments` and the
+    iteration where ``R`` is widened (before it the states are summed, at it
+    :func:`widen_and_restart` runs: one compiled transition for both halves)."""
     _, da_update, _ = tuning.dual_averaging
     dim = state.whitened_grad.shape[-1]
     dtype = state.whitened_grad.dtype
@@ -151,7 +189,7 @@ def _step_size_phase(tuning, state, num_steps, prior_weight) -> Phase:
         )
 
     def step(key, carry):
-        state, da, sum_sq, count = carry
+        state, da, sum_sq, count = carry[:4]
         step = jnp.exp(da.log_step_size).astype(dtype)
         steps = tuning.num_integration_steps
         if steps is None and tuning.algorithm == "hmc":
@@ -164,9 +202,26 @@ def _step_size_phase(tuning, state, num_steps, prior_weight) -> Phase:
         sum_sq = sum_sq + jnp.sum(state.whitened_grad**2)
         if prior_weight is not None:
             state = learn(state, count)
-        return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1), info
+        return (state, da_update(da, info.acceptance_rate), sum_sq, count + 1, *carry[4:]), info
 
-    return Phase("step_size", num_steps, step, key=lambda key: key)
+    def before_step(carry, iteration):
+        state, da, sum_sq, count, moments, at = carry
+
+        def add(moments):
+            return geometric_widening.moments_update(moments, state)
+
+        moments = jax.lax.cond(iteration < at, add, lambda m: m, moments)
+
+        def widen(parts):
+            return widen_and_restart(tuning, *parts, moments)
+
+        parts = (state, da, (sum_sq, count))
+        state, da, (sum_sq, count) = jax.lax.cond(iteration == at, widen, lambda p: p, parts)
+        return state, da, sum_sq, count, moments, at
+
+    if not widening:
+        return Phase("step_size", num_steps, step, key=lambda key: key)
+    return Phase("step_size", num_steps, step, key=lambda key: key, before_step=before_step)
 
 
 def initial_leapfrog_step(fstate, dim):
@@ -229,24 +284,31 @@ def scale_sqrt(sqrt_precond, k):
     return sqrt_precond * k[..., None, None]
 
 
-def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, pooled):
+def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, pooled, widen=True):
     """The step-size phase after the Fisher phase: ``((state, parameters), info)``.
 
     One chain, or (``pooled``) every chain after the pooled Fisher phase, each with its
     own leapfrog step and the shared ``R``, rescaled by the chains' mean whitened scale.
-    ``info`` is the Fisher phase's followed by the step-size phase's.
+    ``info`` is the Fisher phase's followed by the step-size phase's. ``widen``: ``R`` is
+    widened halfway where the draws call for it (:mod:`~fisher_mala.geometric_widening`;
+    one chain only, and where :func:`~fisher_mala.geometric_widening.widening_point`
+    allows).
     """
     (fstate, _), finfo = fisher_out
     num_fisher = finfo.acceptance_rate.shape[-1]
     dim = fstate.whitened_grad.shape[-1]
     initial = initial_leapfrog_step(fstate, dim)
 
-    def tune(key, state):
-        return tune_step_size(tuning, key, state, initial, num_steps, num_fisher, progress)
+    def tune(key, state, widen_at=None):
+        return tune_step_size(
+            tuning, key, state, initial, num_steps, num_fisher, progress, widen_at
+        )
 
     if not pooled:
         state = hand_over(fstate, metric, ravel(fstate.logdensity_grad))
-        state, step, info, mean_sq = tune(rng_key, state)
+        widen_at = geometric_widening.widening_point(num_steps, dim, state.sqrt_precond)
+        widen_at = widen_at if widen else None
+        state, step, info, mean_sq = tune(rng_key, state, widen_at)
         state, k = normalize(state, mean_sq)
         params, merged = merge_info(finfo, info, step / k, state.sqrt_precond)
         return (state, params), merged
@@ -273,37 +335,52 @@ def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, poole
 
 class TuningCarry(NamedTuple):
     """The step-size phase between its parts: the kernel state, the dual-averaging state,
-    the running sum of ``|R^T g|^2`` and its count, and the phase's initial leapfrog
-    step."""
+    the running sum of ``|R^T g|^2`` and its count, the phase's initial leapfrog step, and
+    (where ``R`` is widened, :mod:`~fisher_mala.geometric_widening`) the draws' moments and
+    the iteration of the widening, else None."""
 
     state: Any
     dual_averaging: Any
     sum_sq: Any
     count: Any
     initial_step: Any
+    moments: Any = None
+    widen_iteration: Any = None
 
 
-def tuning_start(tuning, fisher_state, metric) -> TuningCarry:
+def tuning_start(tuning, fisher_state, metric, widen_iteration=None) -> TuningCarry:
     """The carry at the start of the step-size phase (``fisher_state``: the Fisher phase's
-    final state)."""
-    initial = initial_leapfrog_step(fisher_state, fisher_state.whitened_grad.shape[-1])
+    final state; ``widen_iteration``: where ``R`` is widened, counted from the start of
+    the warm-up, as :func:`tune_step_size`'s ``offset + widen_at``)."""
+    dim = fisher_state.whitened_grad.shape[-1]
+    initial = initial_leapfrog_step(fisher_state, dim)
     state = hand_over(fisher_state, metric, ravel(fisher_state.logdensity_grad))
     dtype = state.whitened_grad.dtype
     da = tuning.dual_averaging[0](initial)
-    return TuningCarry(state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype), initial)
+    carry = TuningCarry(state, da, jnp.sum(state.whitened_grad**2), jnp.ones((), dtype), initial)
+    if widen_iteration is None:
+        return carry
+    return carry._replace(
+        moments=geometric_widening.moments_init(state),
+        widen_iteration=jnp.asarray(widen_iteration, jnp.int32),
+    )
 
 
 def tuning_advance(tuning, rng_key, carry: TuningCarry, num_steps, offset, progress):
     """``num_steps`` iterations of the step-size phase from its iteration ``offset``
     (counted from the start of the warm-up): ``(carry, info)``, ``info`` the per-iteration
     ``(acceptance_rate, is_accepted, proposal_is_finite, num_integration_steps)``."""
-    phase = _step_size_phase(tuning, carry.state, num_steps, None)
+    widening = carry.moments is not None
+    phase = _step_size_phase(tuning, carry.state, num_steps, None, widening)
     inner = (carry.state, carry.dual_averaging, carry.sum_sq, carry.count)
-    (state, da, sum_sq, count), info, _ = iterate(
-        phase, rng_key, inner, num_steps, offset, progress
-    )
+    if widening:
+        inner = (*inner, carry.moments, carry.widen_iteration)
+    out, info, _ = iterate(phase, rng_key, inner, num_steps, offset, progress)
     fields = (info.acceptance_rate, info.is_accepted, info.proposal_is_finite)
+    state, da, sum_sq, count = out[:4]
     carry = carry._replace(state=state, dual_averaging=da, sum_sq=sum_sq, count=count)
+    if widening:
+        carry = carry._replace(moments=out[4])
     return carry, (*fields, info.num_integration_steps)
 
 

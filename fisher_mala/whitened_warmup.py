@@ -27,7 +27,10 @@ Compiled phases and choices on the host between them, within the user's ``num_wa
    whitened coordinates with the leapfrog step tuned by dual averaging (Hoffman and
    Gelman, 2014; BlackJAX's implementation) towards acceptance 0.8. It starts from
    FisherMALA's normalized step: one leapfrog step of size ``epsilon`` is MALA with
-   ``sigma_R^2 = epsilon^2``.
+   ``sigma_R^2 = epsilon^2``. Halfway, ``R`` is widened along the directions where NUTS's
+   draws show the posterior wider than its Fisher metric (a skewed or heavy-tailed
+   direction; :mod:`~fisher_mala.geometric_widening`), and the step is tuned again; not
+   after a plateau, nor pooled, low-rank, or where the half holds too few draws for ``d``.
 
 The hand-over point matters: NUTS is only as good as ``R``, and ``R`` improves with the
 number of Fisher iterations until it settles, which the stopping rule detects (the Fisher
@@ -415,7 +418,10 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         num_fisher = fisher_out[1].acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, settled)
         tuning = self.tuning_for(plateau)
-        return tuning_stage(tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled)
+        widen = not plateau  # no one R fits a plateau: widening would starve its narrow end
+        return tuning_stage(
+            tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled, widen
+        )
 
     def run(self, rng_key, positions, num_steps: int, progress: ProgressBar | None = None):
         """Warm up one chain (or, pooled, all chains: leading axis of ``positions``);

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from fisher_mala import leapfrog_tuning
+from fisher_mala.geometric_widening import widening_point
 from fisher_mala.schedule import WarmupInfo
 
 __all__ = ["WarmupInParts"]
@@ -50,11 +51,14 @@ class WarmupInParts:
         return self.fisher.finish(positions, state, self.split(num_steps)[0])
 
     def tuning_start(
-        self, rng_key, fisher_state, num_steps, progress, offset, metric, plateau=False
-    ):
-        """The step-size phase's carry after the Fisher phase's final ``fisher_state``."""
+        self, rng_key, fisher_state, num_steps, progress, offset, metric, plateau=False,
+        widen_iteration=None,
+    ):  # fmt: skip
+        """The step-size phase's carry after the Fisher phase's final ``fisher_state``
+        (``widen_iteration``: where ``R`` is widened, see
+        :func:`~fisher_mala.leapfrog_tuning.tuning_start`)."""
         tuning = self.tuning_for(plateau)
-        return leapfrog_tuning.tuning_start(tuning, fisher_state, metric)
+        return leapfrog_tuning.tuning_start(tuning, fisher_state, metric, widen_iteration)
 
     def tuning_advance(self, rng_key, carry, num_steps, progress, offset, num, plateau=False):
         """``num`` iterations of the step-size phase from warm-up iteration ``offset``."""
@@ -162,7 +166,14 @@ class WarmupInParts:
             argument = ((fisher_state, params), info)
             out = call("tuning_whole", argument, 0, metric, settled, plateau)
             return {"out": out}, {"stage": "done", "plateau": plateau}
-        carry = call("tuning_start", fisher_state, 0, metric, plateau)
+        # where the one-call step-size phase widens R (the iteration's keys and sums are
+        # those of `tune_step_size`, whichever part it falls in)
+        num_fisher = info.acceptance_rate.shape[-1]
+        num_tune = self.tuning_steps(num_steps, num_fisher, settled)
+        dim = fisher_state.whitened_grad.shape[-1]
+        widen_at = widening_point(num_tune, dim, fisher_state.sqrt_precond)
+        widen_iteration = None if widen_at is None or plateau else num_fisher + widen_at
+        carry = call("tuning_start", fisher_state, 0, metric, plateau, widen_iteration)
         tree = {"finfo": info, "carry": carry, "info": None}
         meta = {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
         return tree, {**meta, "plateau": plateau}

@@ -1,0 +1,155 @@
+"""Widen the Fisher metric where the posterior is wider than its Fisher matrix says (layer 4).
+
+The Fisher matrix ``F = E[g g^T]`` of a posterior bounds its covariance from below:
+``Cov(x) >= F^{-1}`` (integration by parts gives ``E[x g^T] = -I``, then Cauchy-Schwarz),
+with equality only along directions where the posterior is Gaussian. Along a skewed or
+heavy-tailed direction (a hierarchical scale, a Gaussian process's length scale) the
+Fisher metric is too narrow, and NUTS pays for it with short, slow trajectories: on a
+latent Gaussian-process model the length scale's posterior variance is 12.5 times what
+its Fisher information says.
+
+Halfway through the step-size phase (``R`` frozen, NUTS's draws), the geometric mean
+``M`` of the whitened draws' covariance ``C_z`` and the inverse of their whitened
+gradients' covariance ``C_g`` (``M C_g M = C_z``; Seyboldt et al.'s "Fisher HMC" criterion,
+nutpie's) is exact for a Gaussian from any ``n > d`` distinct draws, since the gradient is
+then linear in the position: ``M`` is the covariance. Where ``M`` exceeds the Fisher scale
+``c = d / E|R^T g|^2`` by more than :data:`WIDENING_THRESHOLD`, ``R`` is widened along
+``M``'s eigenvectors to ``M``'s variance, ``R <- R (I + V diag(sqrt(mu / c) - 1) V^T)``,
+and the step size is tuned again in the phase's second half. Directions within the
+threshold keep the Fisher metric untouched (bit for bit: the chain is then the one of an
+unsplit phase).
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fisher_mala.pytree import ravel
+from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
+
+__all__ = [
+    "WIDENING_THRESHOLD",
+    "WIDENING_MAX_DIM",
+    "WIDENING_MIN_EXTRA_DRAWS",
+    "Moments",
+    "widening_point",
+    "moments_init",
+    "moments_update",
+    "widen",
+    "geometric_mean",
+]
+
+#: ``M``'s eigenvalue over the Fisher scale above which a direction is widened. The
+#: geometric mean is exact for Gaussian directions; on near-Gaussian posteriors (a
+#: logistic regression) its ratios stay below 1.15 from 50 to 4000 NUTS draws, on a
+#: latent Gaussian process the length scale's is 3.5-4.6.
+WIDENING_THRESHOLD = 2.0
+#: Largest dimension widened: ``M`` costs a few ``d x d`` eigendecompositions, once.
+WIDENING_MAX_DIM = 1000
+#: Draws beyond ``d`` the first half of the step-size phase must hold (the covariance of
+#: ``n`` draws has rank ``n - 1``).
+WIDENING_MIN_EXTRA_DRAWS = 16
+
+
+class Moments(NamedTuple):
+    """Running sums over the draws: positions (flat, the target's coordinates, from
+    ``origin``: no cancellation where the draws are far from 0 against their spread) and
+    their whitened gradients ``R^T g``, and their outer products."""
+
+    origin: jax.Array
+    sum_x: jax.Array
+    sum_xx: jax.Array
+    sum_g: jax.Array
+    sum_gg: jax.Array
+
+
+def widening_point(num_steps: int, dim: int, sqrt_precond, pooled: bool = False):
+    """The step-size iteration after which the metric is widened (the phase's half), or
+    ``None`` where it is not: pooled, low-rank, ``d > WIDENING_MAX_DIM``, or a half too
+    short for ``d`` (``d + WIDENING_MIN_EXTRA_DRAWS`` draws)."""
+    half = int(num_steps) // 2
+    if pooled or isinstance(sqrt_precond, LowRankSqrt) or dim > WIDENING_MAX_DIM:
+        return None
+    if half < dim + WIDENING_MIN_EXTRA_DRAWS:
+        return None
+    return half
+
+
+def moments_init(state) -> Moments:
+    """Zero sums for the draws of the chain at ``state`` (their origin its position)."""
+    g = state.whitened_grad
+    dim = g.shape[-1]
+    vector, matrix = jnp.zeros((dim,), g.dtype), jnp.zeros((dim, dim), g.dtype)
+    return Moments(ravel(state.position).astype(g.dtype), vector, matrix, vector, matrix)
+
+
+def moments_update(moments: Moments, state) -> Moments:
+    """The sums with the state's position and whitened gradient added."""
+    x = ravel(state.position).astype(moments.sum_x.dtype) - moments.origin
+    g = state.whitened_grad
+    return Moments(
+        moments.origin,
+        moments.sum_x + x,
+        moments.sum_xx + jnp.outer(x, x),
+        moments.sum_g + g,
+        moments.sum_gg + jnp.outer(g, g),
+    )
+
+
+def _sqrt_and_inverse(cov):
+    """``(C^{1/2}, C^{-1/2})`` of a symmetric positive semi-definite ``C`` (eigenvalues
+    floored at a tiny fraction of the largest)."""
+    w, v = jnp.linalg.eigh(cov)
+    w = jnp.maximum(w, jnp.finfo(cov.dtype).eps * jnp.max(w))
+    root = jnp.sqrt(w)
+    return (v * root) @ v.T, (v / root) @ v.T
+
+
+def geometric_mean(cov_z, cov_g):
+    """The symmetric positive definite ``M`` with ``M C_g M = C_z``:
+    ``C_g^{-1/2} (C_g^{1/2} C_z C_g^{1/2})^{1/2} C_g^{-1/2}`` (the geometric mean of
+    ``C_z`` and ``C_g^{-1}``). For draws of a Gaussian (gradients ``-B z``), ``B^{-1}``
+    itself, from any ``n > d`` distinct draws."""
+    root_g, inverse_root_g = _sqrt_and_inverse(cov_g)
+    middle, _ = _sqrt_and_inverse(root_g @ cov_z @ root_g)
+    return inverse_root_g @ middle @ inverse_root_g
+
+
+def _multipliers(ratio):
+    """``sqrt(ratio) - 1`` where ``ratio`` exceeds the threshold, else 0 (NaN: 0)."""
+    widened = ratio > WIDENING_THRESHOLD
+    return jnp.where(widened, jnp.sqrt(jnp.where(widened, ratio, 1.0)) - 1.0, 0.0)
+
+
+def widen(state, moments: Moments, count):
+    """``(state, widened)``: the state with ``R`` widened along the directions where the
+    draws' geometric-mean covariance exceeds the Fisher scale (module docstring), its
+    whitened gradient with it; ``widened`` the largest variance factor applied (1 for
+    none). ``count``: the draws summed."""
+    n = jnp.asarray(count, moments.sum_x.dtype)
+    dim = moments.sum_x.shape[-1]
+    mean_x, mean_g = moments.sum_x / n, moments.sum_g / n
+    cov_x = moments.sum_xx / n - jnp.outer(mean_x, mean_x)
+    cov_g = moments.sum_gg / n - jnp.outer(mean_g, mean_g)
+    fisher_scale = dim * n / jnp.trace(moments.sum_gg)  # d / E|R^T g|^2, as `normalize`
+    r = state.sqrt_precond
+    if isinstance(r, DiagonalSqrt):  # one direction per coordinate
+        ratio = jnp.sqrt(jnp.diag(cov_x) / r.scale**2 / jnp.diag(cov_g)) / fisher_scale
+        factor = 1.0 + _multipliers(ratio)
+        state = state._replace(
+            sqrt_precond=DiagonalSqrt(r.scale * factor),
+            whitened_grad=state.whitened_grad * factor,
+        )
+        return state, jnp.max(factor) ** 2
+    cov_z = jnp.linalg.solve(r, jnp.linalg.solve(r, cov_x).T)  # R^{-1} C_x R^{-T}
+    mean = geometric_mean(0.5 * (cov_z + cov_z.T), cov_g)
+    mu, vectors = jnp.linalg.eigh(0.5 * (mean + mean.T))
+    vectors = jnp.where(jnp.isfinite(vectors), vectors, 0.0)
+    m = _multipliers(mu / fisher_scale)
+    # R (I + V diag(m) V^T), and (I + V diag(m) V^T) R^T g: exactly R and R^T g when m = 0
+    state = state._replace(
+        sqrt_precond=r + ((r @ vectors) * m) @ vectors.T,
+        whitened_grad=state.whitened_grad + vectors @ (m * (vectors.T @ state.whitened_grad)),
+    )
+    return state, (1.0 + jnp.max(m)) ** 2

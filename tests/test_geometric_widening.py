@@ -1,0 +1,177 @@
+"""The widening of the Fisher metric after its step-size phase's first half
+(``fisher_mala/geometric_widening.py``): exact identities against dense float64 linear
+algebra, bit-identity where nothing is widened, and the effect on a skewed target."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import digamma, polygamma
+
+import fisher_mala as fm
+from fisher_mala import geometric_widening as gw
+from fisher_mala.square_roots import DiagonalSqrt
+from fisher_mala.whitened_hmc import FisherHMCState
+
+
+def _summed(positions, whitened_grads, sqrt_precond):
+    """The moments of draws ``(n, d)`` with their whitened gradients, as the phase sums
+    them (from the first draw's position)."""
+    first = FisherHMCState(positions[0], 0.0, whitened_grads[0], sqrt_precond)
+    moments = gw.moments_init(first)
+    for x, g in zip(positions, whitened_grads, strict=True):
+        moments = gw.moments_update(moments, first._replace(position=x, whitened_grad=g))
+    return moments
+
+
+def test_the_geometric_mean_solves_its_equation_and_is_the_covariance_of_a_gaussian():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        d, n = 5, 12
+        loadings = rng.normal(size=(d, d))
+        covariance = loadings @ loadings.T + 0.5 * np.eye(d)
+        precision = np.linalg.inv(covariance)
+        # any n > d distinct points (not even Gaussian): the gradient is linear in them
+        z = rng.standard_t(2, size=(n, d)) * 3.0 + 1.0
+        g = -(z - 0.3) @ precision
+        cov_z, cov_g = np.cov(z.T, bias=True), np.cov(g.T, bias=True)
+        mean = np.asarray(gw.geometric_mean(jnp.asarray(cov_z), jnp.asarray(cov_g)))
+        np.testing.assert_allclose(mean @ cov_g @ mean, cov_z, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(mean, covariance, rtol=1e-8)
+
+
+def test_widen_equals_dense_linear_algebra_and_widens_only_past_the_threshold():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(1)
+        d, n = 4, 40
+        r = np.linalg.qr(rng.normal(size=(d, d)))[0] @ np.diag([0.5, 1.0, 1.5, 2.0])
+        # the target's covariance in R's whitened coordinates: one direction 9 times wider
+        # than the others, so that the ratio to the Fisher scale is past the threshold
+        u = np.linalg.qr(rng.normal(size=(d, d)))[0]
+        spectrum = np.array([9.0, 1.0, 1.0, 1.0])
+        whitened_cov = (u * spectrum) @ u.T
+        z = rng.normal(size=(n, d)) @ np.linalg.cholesky(whitened_cov).T
+        gz = -z @ np.linalg.inv(whitened_cov)  # R^T g for the Gaussian
+        x = z @ r.T + 2.0
+        moments = _summed(jnp.asarray(x), jnp.asarray(gz), jnp.asarray(r))
+        state = FisherHMCState(jnp.asarray(x[-1]), 0.0, jnp.asarray(gz[-1]), jnp.asarray(r))
+        widened, factor = gw.widen(state, moments, n)
+        # by hand: M = whitened_cov exactly; the Fisher scale d / mean |R^T g|^2
+        scale = d / np.mean(np.sum(gz**2, axis=1))
+        ratio = spectrum / scale
+        assert ratio[0] > gw.WIDENING_THRESHOLD > ratio[1:].max()
+        expected = r @ (np.eye(d) + (np.sqrt(ratio[0]) - 1) * np.outer(u[:, 0], u[:, 0]))
+        np.testing.assert_allclose(np.asarray(widened.sqrt_precond), expected, atol=1e-9)
+        np.testing.assert_allclose(
+            np.asarray(widened.whitened_grad), expected.T @ np.linalg.solve(r.T, gz[-1]),
+            atol=1e-9,
+        )  # fmt: skip
+        assert float(factor) == pytest.approx(ratio[0], rel=1e-9)
+
+
+def test_nothing_past_the_threshold_leaves_the_state_bit_for_bit():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(2)
+        d, n = 6, 60
+        z = rng.normal(size=(n, d))
+        r = jnp.asarray(np.tril(rng.normal(size=(d, d))) + 3 * np.eye(d))
+        moments = _summed(jnp.asarray(z @ np.asarray(r).T), jnp.asarray(-z), r)
+        state = FisherHMCState(jnp.asarray(z[-1]), 0.0, jnp.asarray(-z[-1]), r)
+        widened, factor = gw.widen(state, moments, n)
+        assert float(factor) == 1.0
+        assert np.array_equal(np.asarray(widened.sqrt_precond), np.asarray(r))
+        assert np.array_equal(np.asarray(widened.whitened_grad), -z[-1])
+
+
+def test_the_diagonal_metric_is_widened_coordinate_by_coordinate():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(3)
+        n = 80
+        scale = np.array([1.0, 2.0, 0.5])
+        sd = np.array([4.0, 2.0, 0.5])  # the first coordinate 4 times wider than its metric
+        x = rng.normal(size=(n, 3)) * sd
+        g = -x / sd**2
+        sqrt = DiagonalSqrt(jnp.asarray(scale))
+        moments = _summed(jnp.asarray(x), jnp.asarray(g * scale), sqrt)
+        state = FisherHMCState(jnp.asarray(x[-1]), 0.0, jnp.asarray(g[-1] * scale), sqrt)
+        widened, factor = gw.widen(state, moments, n)
+        fisher_scale = 3 / np.mean(np.sum((g * scale) ** 2, axis=1))
+        ratio = (sd / scale) ** 2 / fisher_scale  # the 1-d geometric means, exact here
+        expected = scale * np.where(ratio > gw.WIDENING_THRESHOLD, np.sqrt(ratio), 1.0)
+        np.testing.assert_allclose(np.asarray(widened.sqrt_precond.scale), expected, rtol=1e-9)
+        assert ratio[0] > gw.WIDENING_THRESHOLD and float(factor) == pytest.approx(ratio[0])
+
+
+def test_widening_point_needs_more_draws_than_dimensions():
+    r = jnp.eye(3)
+    assert gw.widening_point(100, 3, r) == 50
+    assert gw.widening_point(2 * (3 + gw.WIDENING_MIN_EXTRA_DRAWS) - 1, 3, r) is None
+    assert gw.widening_point(100, 3, r, pooled=True) is None
+    assert gw.widening_point(10**6, gw.WIDENING_MAX_DIM + 1, r) is None
+
+
+def test_the_phase_widens_at_its_half_as_two_halves_and_a_widening_between_would():
+    from fisher_mala import leapfrog_tuning as lt
+    from fisher_mala.whitened_warmup import FisherHMCWarmup
+
+    def ld(x):  # N(0, I): the metric below is 3 times too narrow along the first axis
+        return -0.5 * jnp.sum(x**2)
+
+    with jax.enable_x64(True):
+        tuning = FisherHMCWarmup(ld).tuning
+        r = jnp.diag(jnp.array([1 / 3, 1.0, 1.0, 1.0]))
+        x = jnp.full((4,), 0.3)
+        state = FisherHMCState(x, ld(x), -x @ r, r)
+        key, step, num, half, offset = jax.random.key(0), jnp.asarray(0.5), 80, 40, 7
+        out = lt.tune_step_size(tuning, key, state, step, num, offset, None, widen_at=half)
+        da = tuning.dual_averaging[0](step)
+        first = lt._dual_averaging(tuning, key, state, da, half, offset, None, None, offset + half)
+        middle, da, _ = lt.widen_and_restart(tuning, first[0], first[1], first[3], first[4])
+        assert not np.array_equal(np.asarray(middle.sqrt_precond), np.asarray(r))  # widened
+        second = lt._dual_averaging(tuning, key, middle, da, num - half, offset + half, None, None)
+        close = {"rtol": 1e-7, "atol": 1e-8}
+        np.testing.assert_allclose(out[0].position, second[0].position, **close)
+        np.testing.assert_allclose(out[0].sqrt_precond, second[0].sqrt_precond, **close)
+        np.testing.assert_allclose(out[1], tuning.dual_averaging[2](second[1]), **close)
+        np.testing.assert_allclose(out[3], second[3][0] / second[3][1], **close)
+        # equal to rounding (the two programs are compiled differently); the metric now sees
+        # the first axis about as wide as the others
+        widened = np.diag(np.asarray(out[0].sqrt_precond))
+        assert widened[0] / np.mean(widened[1:]) > 0.6
+
+
+#: A log-gamma coordinate (``x = log G``, ``G ~ Gamma(a)``, skewed with a long left tail:
+#: its variance, the trigamma of ``a``, is 5.3 times what its Fisher information says at
+#: ``a = 0.2``) and three standard normal coordinates.
+SHAPE = 0.2
+
+
+def _skewed(x):
+    return SHAPE * x[0] - jnp.exp(x[0]) - 0.5 * jnp.sum(x[1:] ** 2)
+
+
+def test_fisher_nuts_on_a_skewed_target_matches_its_moments_and_a_checkpointed_run(tmp_path):
+    def run(**options):
+        with jax.enable_x64(True):
+            positions = jnp.asarray(np.random.default_rng(4).normal(size=(4, 4)) * 0.1)
+            return fm.sample(jax.random.key(5), "fisher_nuts", _skewed, positions,
+                             num_warmup=1500, num_samples=1500, diagnose=False,
+                             **options)  # fmt: skip
+
+    result = run()
+    draws = np.asarray(result.samples)
+    ess = np.asarray(fm.ess(draws, method="mean", per_chain=False))
+    means = np.array([digamma(SHAPE), 0.0, 0.0, 0.0])
+    variances = np.array([polygamma(1, SHAPE), 1.0, 1.0, 1.0])
+    z = (draws.reshape(-1, 4).mean(0) - means) / np.sqrt(variances / ess)
+    assert np.max(np.abs(z)) < 4.0, z
+    # the run in saved parts (the widening inside one of them) is the same chain, and the
+    # widening changed it (two of the four chains are widened)
+    parts = run(checkpoint=tmp_path / "run", checkpoint_every=100)
+    np.testing.assert_array_equal(np.asarray(parts.samples), draws)
+    gw.WIDENING_THRESHOLD, threshold = np.inf, gw.WIDENING_THRESHOLD
+    try:
+        unwidened = run()
+    finally:
+        gw.WIDENING_THRESHOLD = threshold
+    assert not np.array_equal(np.asarray(unwidened.samples), draws)
