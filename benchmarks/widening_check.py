@@ -90,7 +90,9 @@ def race(names) -> None:
 
     def reported(state, moments, count):
         out = widen(state, moments, count)
-        jax.debug.print("    variance factor {f}", f=out[1])
+        kurtosis = geometric_widening.gradient_kurtosis_ratio(moments, count)
+        jax.debug.print("    variance factor {f} (gradient kurtosis ratio {k})", f=out[1],
+                        k=kurtosis)  # fmt: skip
         return out
 
     geometric_widening.widen = reported

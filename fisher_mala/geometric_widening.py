@@ -31,6 +31,8 @@ from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
 __all__ = [
     "WIDENING_THRESHOLD",
     "WIDENING_MAX_DIM",
+    "WIDENING_MAX_KURTOSIS_RATIO",
+    "gradient_kurtosis_ratio",
     "WIDENING_MIN_EXTRA_DRAWS",
     "Moments",
     "widening_point",
@@ -45,6 +47,14 @@ __all__ = [
 #: logistic regression) its ratios stay below 1.15 from 50 to 4000 NUTS draws, on a
 #: latent Gaussian process the length scale's is 3.5-4.6.
 WIDENING_THRESHOLD = 2.0
+#: Largest :func:`gradient_kurtosis_ratio` at which ``R`` is widened. In a funnel the
+#: gradient's size varies by orders of magnitude between its neck and its mouth, no one
+#: metric fits, and a metric widened toward the mouth sends NUTS's trajectories into the
+#: neck with a step too large for it: on Neal's funnel and the centred eight schools the
+#: widening multiplied the divergent transitions 2 to 50 times. Their ratios are 2.4 and
+#: 3.7 over long runs; the non-centred eight schools' 1.3, the latent Gaussian process's
+#: 1.1, a logistic regression's 1.0 (``python -m benchmarks.widening_check``).
+WIDENING_MAX_KURTOSIS_RATIO = 1.5
 #: Largest dimension widened: ``M`` costs a few ``d x d`` eigendecompositions, once.
 WIDENING_MAX_DIM = 1000
 #: Draws beyond ``d`` the first half of the step-size phase must hold (the covariance of
@@ -55,13 +65,14 @@ WIDENING_MIN_EXTRA_DRAWS = 16
 class Moments(NamedTuple):
     """Running sums over the draws: positions (flat, the target's coordinates, from
     ``origin``: no cancellation where the draws are far from 0 against their spread) and
-    their whitened gradients ``R^T g``, and their outer products."""
+    their whitened gradients ``R^T g``, their outer products, and ``|R^T g|^4``."""
 
     origin: jax.Array
     sum_x: jax.Array
     sum_xx: jax.Array
     sum_g: jax.Array
     sum_gg: jax.Array
+    sum_q2: jax.Array
 
 
 def widening_point(num_steps: int, dim: int, sqrt_precond, pooled: bool = False):
@@ -81,7 +92,9 @@ def moments_init(state) -> Moments:
     g = state.whitened_grad
     dim = g.shape[-1]
     vector, matrix = jnp.zeros((dim,), g.dtype), jnp.zeros((dim, dim), g.dtype)
-    return Moments(ravel(state.position).astype(g.dtype), vector, matrix, vector, matrix)
+    origin = ravel(state.position).astype(g.dtype)
+    zero = jnp.zeros((), g.dtype)
+    return Moments(origin, vector, matrix, vector, matrix, zero)
 
 
 def moments_update(moments: Moments, state) -> Moments:
@@ -94,6 +107,7 @@ def moments_update(moments: Moments, state) -> Moments:
         moments.sum_xx + jnp.outer(x, x),
         moments.sum_g + g,
         moments.sum_gg + jnp.outer(g, g),
+        moments.sum_q2 + jnp.sum(g**2) ** 2,
     )
 
 
@@ -116,10 +130,23 @@ def geometric_mean(cov_z, cov_g):
     return inverse_root_g @ middle @ inverse_root_g
 
 
-def _multipliers(ratio):
-    """``sqrt(ratio) - 1`` where ``ratio`` exceeds the threshold, else 0 (NaN: 0)."""
-    widened = ratio > WIDENING_THRESHOLD
+def _multipliers(ratio, allowed):
+    """``sqrt(ratio) - 1`` where ``ratio`` exceeds the threshold and ``allowed``, else 0
+    (NaN: 0)."""
+    widened = (ratio > WIDENING_THRESHOLD) & allowed
     return jnp.where(widened, jnp.sqrt(jnp.where(widened, ratio, 1.0)) - 1.0, 0.0)
+
+
+def gradient_kurtosis_ratio(moments: Moments, count):
+    """``E|R^T g|^4 / (E|R^T g|^2)^2`` over the draws, against its value for Gaussian
+    gradients of the same second moments ``S`` (``1 + 2 tr(S^2) / tr(S)^2``): near 1
+    where the curvature is about the same everywhere, far above where the gradient's size
+    varies by orders of magnitude across the draws (a funnel's neck against its mouth)."""
+    n = jnp.asarray(count, moments.sum_gg.dtype)
+    second = moments.sum_gg / n
+    trace = jnp.trace(second)
+    kurtosis = moments.sum_q2 / n / trace**2
+    return kurtosis / (1.0 + 2.0 * jnp.sum(second**2) / trace**2)
 
 
 def widen(state, moments: Moments, count):
@@ -133,10 +160,11 @@ def widen(state, moments: Moments, count):
     cov_x = moments.sum_xx / n - jnp.outer(mean_x, mean_x)
     cov_g = moments.sum_gg / n - jnp.outer(mean_g, mean_g)
     fisher_scale = dim * n / jnp.trace(moments.sum_gg)  # d / E|R^T g|^2, as `normalize`
+    allowed = gradient_kurtosis_ratio(moments, count) <= WIDENING_MAX_KURTOSIS_RATIO
     r = state.sqrt_precond
     if isinstance(r, DiagonalSqrt):  # one direction per coordinate
         ratio = jnp.sqrt(jnp.diag(cov_x) / r.scale**2 / jnp.diag(cov_g)) / fisher_scale
-        factor = 1.0 + _multipliers(ratio)
+        factor = 1.0 + _multipliers(ratio, allowed)
         state = state._replace(
             sqrt_precond=DiagonalSqrt(r.scale * factor),
             whitened_grad=state.whitened_grad * factor,
@@ -146,7 +174,7 @@ def widen(state, moments: Moments, count):
     mean = geometric_mean(0.5 * (cov_z + cov_z.T), cov_g)
     mu, vectors = jnp.linalg.eigh(0.5 * (mean + mean.T))
     vectors = jnp.where(jnp.isfinite(vectors), vectors, 0.0)
-    m = _multipliers(mu / fisher_scale)
+    m = _multipliers(mu / fisher_scale, allowed)
     # R (I + V diag(m) V^T), and (I + V diag(m) V^T) R^T g: exactly R and R^T g when m = 0
     state = state._replace(
         sqrt_precond=r + ((r @ vectors) * m) @ vectors.T,

@@ -102,6 +102,37 @@ def test_the_diagonal_metric_is_widened_coordinate_by_coordinate():
         assert ratio[0] > gw.WIDENING_THRESHOLD and float(factor) == pytest.approx(ratio[0])
 
 
+def test_the_gradient_kurtosis_ratio_equals_its_formula_and_holds_back_a_funnel():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(5)
+        d, n = 5, 400
+        gz = rng.normal(size=(n, d)) * np.array([1.0, 2.0, 0.5, 1.0, 3.0])
+        z = -gz  # a Gaussian, whitened by a metric 9 times too narrow along one axis
+        z[:, 4] *= 9.0
+        gz[:, 4] /= 9.0
+        r = jnp.eye(d)
+        moments = _summed(jnp.asarray(z), jnp.asarray(gz), r)
+        second = gz.T @ gz / n
+        q = np.sum(gz**2, axis=1)
+        expected = np.mean(q**2) / np.mean(q) ** 2 / (
+            1 + 2 * np.sum(second**2) / np.trace(second) ** 2
+        )
+        ratio = float(gw.gradient_kurtosis_ratio(moments, n))
+        assert ratio == pytest.approx(expected, rel=1e-12)
+        assert abs(ratio - 1.0) < 0.2  # Gaussian gradients
+        state = FisherHMCState(jnp.asarray(z[-1]), 0.0, jnp.asarray(gz[-1]), r)
+        assert float(gw.widen(state, moments, n)[1]) > 1.0
+        # the same draws with the gradient's size spread over orders of magnitude (a
+        # funnel's neck and mouth): no widening
+        size = np.exp(rng.normal(size=(n, 1)) * 1.5)
+        funnel = _summed(jnp.asarray(z), jnp.asarray(gz * size), r)
+        assert float(gw.gradient_kurtosis_ratio(funnel, n)) > gw.WIDENING_MAX_KURTOSIS_RATIO
+        state = state._replace(whitened_grad=jnp.asarray(gz[-1] * size[-1]))
+        widened, factor = gw.widen(state, funnel, n)
+        assert float(factor) == 1.0
+        assert np.array_equal(np.asarray(widened.sqrt_precond), np.asarray(r))
+
+
 def test_widening_point_needs_more_draws_than_dimensions():
     r = jnp.eye(3)
     assert gw.widening_point(100, 3, r) == 50
