@@ -8,13 +8,16 @@ Models: 4000 NumPyro NUTS draws of each model of ``benchmarks.numpyro_wall`` (fl
 unconstrained coordinates) give the Fisher matrix ``F = E[g g^T]`` and the covariance
 ``Sigma``; printed: the largest eigenvalues of ``Sigma`` in coordinates whitened by
 ``F^{-1}`` (all 1 for a Gaussian; ``Cov >= F^{-1}`` always), the coordinate with the
-largest ``Var(x_i) F_ii``, and the widening's ratios (the geometric mean ``M`` of the
+largest ``Var(x_i) F_ii``, the gradient kurtosis ratio that holds the widening back in a
+funnel (:func:`~fisher_mala.geometric_widening.gradient_kurtosis_ratio`, in those
+coordinates), and the widening's ratios (the geometric mean ``M`` of the
 whitened draws' and inverse gradients' covariances over the Fisher scale) from ``n`` of the
 draws, against :data:`~fisher_mala.geometric_widening.WIDENING_THRESHOLD`.
 
 ``--race``: Fisher NUTS's warm-up on race targets (``benchmarks.race_setup``, 5000
 warm-up iterations, the stopping rule on), printing each chain's largest variance factor
-applied (1: not widened, the chain is the one of a run without the widening).
+applied (1: not widened, the chain is the one of a run without the widening) and its
+gradient kurtosis ratio.
 """
 
 import argparse
@@ -49,7 +52,7 @@ def models() -> None:
     from numpyro.infer.util import initialize_model
 
     from benchmarks.numpyro_wall import _models
-    from fisher_mala.geometric_widening import WIDENING_THRESHOLD
+    from fisher_mala.geometric_widening import WIDENING_MAX_KURTOSIS_RATIO, WIDENING_THRESHOLD
 
     for name, (model, args, kwargs) in _models().items():
         mcmc = MCMC(NUTS(model), num_warmup=1000, num_samples=4000, progress_bar=False)
@@ -69,6 +72,10 @@ def models() -> None:
               f"{np.diag(sigma)[worst] * np.diag(fisher)[worst]:.1f} ({names[worst]})")  # fmt: skip
         r = np.linalg.cholesky(np.linalg.inv(fisher))
         z, gz = np.linalg.solve(r, x.T).T, g @ r
+        q, second = np.sum(gz**2, axis=1), gz.T @ gz / len(gz)
+        gaussian = 1 + 2 * np.sum(second**2) / np.trace(second) ** 2
+        print(f"  gradient kurtosis ratio {np.mean(q**2) / np.mean(q) ** 2 / gaussian:.2f} "
+              f"(widening held back above {WIDENING_MAX_KURTOSIS_RATIO})")  # fmt: skip
         for n in (50, 100, 400, 4000):
             pick = np.arange(0, 4000, 4000 // n)[:n]
             cz, cg = np.cov(z[pick].T), np.cov(gz[pick].T)

@@ -50,10 +50,11 @@ WIDENING_THRESHOLD = 2.0
 #: Largest :func:`gradient_kurtosis_ratio` at which ``R`` is widened. In a funnel the
 #: gradient's size varies by orders of magnitude between its neck and its mouth, no one
 #: metric fits, and a metric widened toward the mouth sends NUTS's trajectories into the
-#: neck with a step too large for it: on Neal's funnel and the centred eight schools the
-#: widening multiplied the divergent transitions 2 to 50 times. Their ratios are 2.4 and
-#: 3.7 over long runs; the non-centred eight schools' 1.3, the latent Gaussian process's
-#: 1.1, a logistic regression's 1.0 (``python -m benchmarks.widening_check``).
+#: neck with a step too large for it (on Neal's funnel the widening multiplied the
+#: divergent transitions 2.6 to 9.5 times). Their ratios are 2.2 to 6.0 on the funnel's
+#: chains and 1.7 to 5.5 on the centred eight schools'; 1.0 to 1.5 on the non-centred
+#: eight schools', about 1 on a latent Gaussian process's, a count model's and a
+#: logistic regression's (``python -m benchmarks.widening_check``, with ``--race``).
 WIDENING_MAX_KURTOSIS_RATIO = 1.5
 #: Largest dimension widened: ``M`` costs a few ``d x d`` eigendecompositions, once.
 WIDENING_MAX_DIM = 1000
