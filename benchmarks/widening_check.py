@@ -3,6 +3,7 @@
 
     python -m benchmarks.widening_check                      # the NumPyro table's models
     python -m benchmarks.widening_check --race pima,arK      # which chains widen, race set-up
+    python -m benchmarks.widening_check --run-checks funnel_fisher_nuts   # reliability set-up
 
 Models: 4000 NumPyro NUTS draws of each model of ``benchmarks.numpyro_wall`` (float64,
 unconstrained coordinates) give the Fisher matrix ``F = E[g g^T]`` and the covariance
@@ -88,9 +89,9 @@ def models() -> None:
                   f"(widened above {WIDENING_THRESHOLD})")  # fmt: skip
 
 
-def race(names) -> None:
-    import fisher_mala as fm
-    from benchmarks.race_setup import POSTERIORDB, race_start
+def _reporting_widen():
+    """``fisher_mala.geometric_widening.widen`` printing each chain's factor and ratio
+    (restore ``geometric_widening.widen`` after)."""
     from fisher_mala import geometric_widening
 
     widen = geometric_widening.widen
@@ -102,7 +103,15 @@ def race(names) -> None:
                         k=kurtosis)  # fmt: skip
         return out
 
-    geometric_widening.widen = reported
+    return reported
+
+
+def race(names) -> None:
+    import fisher_mala as fm
+    from benchmarks.race_setup import POSTERIORDB, race_start
+    from fisher_mala import geometric_widening
+
+    widen, geometric_widening.widen = geometric_widening.widen, _reporting_widen()
     try:
         for name in names:
             with jax.enable_x64(name in POSTERIORDB):
@@ -115,12 +124,41 @@ def race(names) -> None:
         geometric_widening.widen = widen
 
 
+def run_checks(names) -> None:
+    """The warm-ups of ``benchmarks.run_checks``'s cells ``names`` (their seeds, starts and
+    options), each chain's widening printed."""
+    import jax.numpy as jnp
+
+    import fisher_mala as fm
+    from benchmarks.run_checks import CELLS, CHAINS, _target
+    from fisher_mala import geometric_widening
+
+    widen, geometric_widening.widen = geometric_widening.widen, _reporting_widen()
+    try:
+        for name in names:
+            target_name, sampler, options, num_warmup, _, seeds, _ = CELLS[name]
+            target = _target(target_name)
+            for seed in seeds:
+                print(f"{name}, seed {seed}:", flush=True)
+                with jax.enable_x64(True):
+                    x0 = target.initial_positions(jax.random.key(100 + seed), CHAINS, jnp.float64)
+                    fm.sample(jax.random.key(seed), sampler, target.logdensity_fn, x0,
+                              num_warmup=num_warmup, num_samples=10, diagnose=False,
+                              **options)  # fmt: skip
+    finally:
+        geometric_widening.widen = widen
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--race", help="comma-separated race targets")
+    parser.add_argument("--run-checks", help="comma-separated cells of benchmarks.run_checks")
     args = parser.parse_args(argv)
     if args.race:
         race(args.race.split(","))
+        return
+    if args.run_checks:
+        run_checks(args.run_checks.split(","))
         return
     with jax.enable_x64(True):
         models()

@@ -30,7 +30,8 @@ Compiled phases and choices on the host between them, within the user's ``num_wa
    ``sigma_R^2 = epsilon^2``. Halfway, ``R`` is widened along the directions where NUTS's
    draws show the posterior wider than its Fisher metric (a skewed or heavy-tailed
    direction; :mod:`~fisher_mala.geometric_widening`), and the step is tuned again; not
-   after a plateau, nor pooled, low-rank, or where the half holds too few draws for ``d``.
+   in a funnel or after a plateau, nor pooled, low-rank, with ``score_prior_weight``, or
+   where the half holds too few draws for ``d``.
 
 The hand-over point matters: NUTS is only as good as ``R``, and ``R`` improves with the
 number of Fisher iterations until it settles, which the stopping rule detects (the Fisher
