@@ -22,6 +22,7 @@ gradient kurtosis ratio.
 """
 
 import argparse
+import contextlib
 
 import jax
 import numpy as np
@@ -89,9 +90,10 @@ def models() -> None:
                   f"(widened above {WIDENING_THRESHOLD})")  # fmt: skip
 
 
-def _reporting_widen():
-    """``fisher_mala.geometric_widening.widen`` printing each chain's factor and ratio
-    (restore ``geometric_widening.widen`` after)."""
+@contextlib.contextmanager
+def _reported():
+    """``fisher_mala.geometric_widening.widen`` printing each chain's variance factor and
+    gradient kurtosis ratio, within the block."""
     from fisher_mala import geometric_widening
 
     widen = geometric_widening.widen
@@ -103,16 +105,18 @@ def _reporting_widen():
                         k=kurtosis)  # fmt: skip
         return out
 
-    return reported
+    geometric_widening.widen = reported
+    try:
+        yield
+    finally:
+        geometric_widening.widen = widen
 
 
 def race(names) -> None:
     import fisher_mala as fm
     from benchmarks.race_setup import POSTERIORDB, race_start
-    from fisher_mala import geometric_widening
 
-    widen, geometric_widening.widen = geometric_widening.widen, _reporting_widen()
-    try:
+    with _reported():
         for name in names:
             with jax.enable_x64(name in POSTERIORDB):
                 target = fm.targets.get(name)
@@ -120,8 +124,6 @@ def race(names) -> None:
                 print(f"{name} (d = {target.dim}):", flush=True)
                 fm.sample(key, "fisher_nuts", target.logdensity_fn, positions,
                           num_warmup=5000, num_samples=10, diagnose=False)  # fmt: skip
-    finally:
-        geometric_widening.widen = widen
 
 
 def run_checks(names) -> None:
@@ -131,10 +133,8 @@ def run_checks(names) -> None:
 
     import fisher_mala as fm
     from benchmarks.run_checks import CELLS, CHAINS, _target
-    from fisher_mala import geometric_widening
 
-    widen, geometric_widening.widen = geometric_widening.widen, _reporting_widen()
-    try:
+    with _reported():
         for name in names:
             target_name, sampler, options, num_warmup, _, seeds, _ = CELLS[name]
             target = _target(target_name)
@@ -145,8 +145,6 @@ def run_checks(names) -> None:
                     fm.sample(jax.random.key(seed), sampler, target.logdensity_fn, x0,
                               num_warmup=num_warmup, num_samples=10, diagnose=False,
                               **options)  # fmt: skip
-    finally:
-        geometric_widening.widen = widen
 
 
 def main(argv=None) -> None:

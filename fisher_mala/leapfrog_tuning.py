@@ -284,15 +284,15 @@ def scale_sqrt(sqrt_precond, k):
     return sqrt_precond * k[..., None, None]
 
 
-def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, pooled, widen=True):
+def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, pooled,
+                 widen_at=None):  # fmt: skip
     """The step-size phase after the Fisher phase: ``((state, parameters), info)``.
 
     One chain, or (``pooled``) every chain after the pooled Fisher phase, each with its
     own leapfrog step and the shared ``R``, rescaled by the chains' mean whitened scale.
-    ``info`` is the Fisher phase's followed by the step-size phase's. ``widen``: ``R`` is
-    widened halfway where the draws call for it (:mod:`~fisher_mala.geometric_widening`;
-    one chain only, and where :func:`~fisher_mala.geometric_widening.widening_point`
-    allows).
+    ``info`` is the Fisher phase's followed by the step-size phase's. ``widen_at``: the
+    step-size iteration after which ``R`` is widened where the draws call for it (one
+    chain; :func:`tune_step_size`), or None.
     """
     (fstate, _), finfo = fisher_out
     num_fisher = finfo.acceptance_rate.shape[-1]
@@ -306,8 +306,6 @@ def tuning_stage(tuning, rng_key, fisher_out, num_steps, progress, metric, poole
 
     if not pooled:
         state = hand_over(fstate, metric, ravel(fstate.logdensity_grad))
-        widen_at = geometric_widening.widening_point(num_steps, dim, state.sqrt_precond)
-        widen_at = widen_at if widen else None
         state, step, info, mean_sq = tune(rng_key, state, widen_at)
         state, k = normalize(state, mean_sq)
         params, merged = merge_info(finfo, info, step / k, state.sqrt_precond)

@@ -48,6 +48,7 @@ import numpy as np
 from fisher_mala import validation
 from fisher_mala.adaptations.dual_averaging import dual_averaging
 from fisher_mala.adaptations.stopping_rule import PROBE_SIGNALS_PER_DIM, chains_behind
+from fisher_mala.geometric_widening import widening_point
 from fisher_mala.leapfrog_tuning import LeapfrogTuning, tuning_stage
 from fisher_mala.progress import ProgressBar
 from fisher_mala.pytree import ravel
@@ -419,10 +420,21 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         num_fisher = fisher_out[1].acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, settled)
         tuning = self.tuning_for(plateau)
-        widen = not plateau  # no one R fits a plateau: widening would starve its narrow end
+        widen_at = self.widen_at(num_tune, fisher_out[0][0], plateau)
         return tuning_stage(
-            tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled, widen
+            tuning, key_tune, fisher_out, num_tune, progress, metric, self.pooled, widen_at
         )
+
+    def widen_at(self, num_tune: int, fisher_state, plateau: bool = False):
+        """The step-size iteration after which ``R`` is widened
+        (:mod:`~fisher_mala.geometric_widening`), or None: not after a plateau (no one
+        ``R`` fits it, and widening would starve its narrow end), nor with
+        ``score_prior_weight``, nor where :func:`~fisher_mala.geometric_widening.
+        widening_point` says no (pooled, low-rank, large ``d``, a short phase)."""
+        if plateau or self.score_prior_weight is not None:
+            return None
+        dim = fisher_state.whitened_grad.shape[-1]
+        return widening_point(num_tune, dim, fisher_state.sqrt_precond, self.pooled)
 
     def run(self, rng_key, positions, num_steps: int, progress: ProgressBar | None = None):
         """Warm up one chain (or, pooled, all chains: leading axis of ``positions``);

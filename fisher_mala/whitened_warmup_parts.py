@@ -15,7 +15,6 @@ import jax
 import numpy as np
 
 from fisher_mala import leapfrog_tuning
-from fisher_mala.geometric_widening import widening_point
 from fisher_mala.schedule import WarmupInfo
 
 __all__ = ["WarmupInParts"]
@@ -170,9 +169,8 @@ class WarmupInParts:
         # those of `tune_step_size`, whichever part it falls in)
         num_fisher = info.acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, settled)
-        dim = fisher_state.whitened_grad.shape[-1]
-        widen_at = widening_point(num_tune, dim, fisher_state.sqrt_precond)
-        widen_iteration = None if widen_at is None or plateau else num_fisher + widen_at
+        widen_at = self.widen_at(num_tune, fisher_state, plateau)
+        widen_iteration = None if widen_at is None else num_fisher + widen_at
         carry = call("tuning_start", fisher_state, 0, metric, plateau, widen_iteration)
         tree = {"finfo": info, "carry": carry, "info": None}
         meta = {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
