@@ -37,7 +37,9 @@ from fisher_mala.adaptations.step_size import (
     robbins_monro,
 )
 from fisher_mala.adaptations.step_size_search import find_reasonable_step_size
+from fisher_mala.leapfrog_tuning import _step_size_phase, normalize, tuning_start
 from fisher_mala.schedule import Phase, step_at
+from fisher_mala.whitened_hmc import TRAJECTORY_LENGTH
 
 __all__ = [
     "FisherMALAKernelState",
@@ -380,6 +382,38 @@ class FisherMALAKernel(MCMCKernel):
         self._build_kernels()
 
 
+def _fisher_phase(warmup, rng_key, params, num_steps: int):
+    """The Fisher phase of ``warmup`` (a :class:`~fisher_mala.whitened_warmup.
+    FisherHMCWarmup` of ``num_steps`` iterations) for one chain, and the
+    :class:`~fisher_mala.leapfrog_tuning.TuningCarry` its step-size phase starts from
+    (``FisherHMCWarmup.run`` up to its step-size phase, which ``FisherNUTSKernel.sample``
+    runs)."""
+
+    def call(method, argument, *extra):
+        if method != "tuning_stage":
+            return getattr(warmup, method)(rng_key, argument, num_steps, None, *extra)
+        (fisher_state, _), fisher_info = argument
+        metric, settled, plateau = extra
+        num_fisher = fisher_info.acceptance_rate.shape[-1]
+        num_tune = warmup.tuning_steps(num_steps, num_fisher, settled)
+        if plateau or num_fisher + num_tune != num_steps:  # no look under jit ends it early
+            raise AssertionError("the Fisher phase under jit runs its full length")
+        widen_at = warmup.widen_at(num_tune, fisher_state, plateau)
+        widen_iteration = None if widen_at is None else num_fisher + widen_at
+        return tuning_start(warmup.tuning_for(plateau), fisher_state, metric, widen_iteration)
+
+    return warmup.staged_run(call, params, num_steps)
+
+
+def _select_keys(condition, if_true, if_false):
+    """``if_true`` where ``condition``, else ``if_false`` (tuples of typed keys)."""
+    data = jax.tree.map(
+        lambda a, b: jnp.where(condition, jax.random.key_data(a), jax.random.key_data(b)),
+        if_true, if_false,
+    )  # fmt: skip
+    return jax.tree.map(jax.random.wrap_key_data, data)
+
+
 def _split_kwargs(model: Callable, options: dict, model_kwargs: dict | None):
     """``(model kwargs, sampler options)``: a keyword the model's signature names goes to
     the model (as NumPyro's ``MCMC.run(key, *args, **kwargs)``), any other to ``fm.sample``."""
@@ -509,6 +543,9 @@ class FisherNUTSKernelState(NamedTuple):
     energy
         The Hamiltonian of the last transition's state (in whitened coordinates: up to
         the chain's constant ``log |det R|``), for ``az.plot_energy`` and BFMI.
+    tuning, tuning_key
+        The step-size phase's :class:`~fisher_mala.leapfrog_tuning.TuningCarry` (without
+        its kernel state: that is ``hmc_state``) and the key its iterations fold in.
     """
 
     i: Array
@@ -522,18 +559,23 @@ class FisherNUTSKernelState(NamedTuple):
     num_steps: Array
     rng_key: Array
     energy: Array
+    tuning: Any = None
+    tuning_key: Any = None
 
 
 class FisherNUTSKernel(MCMCKernel):
     """Fisher NUTS (or Fisher HMC) for ``numpyro.infer.MCMC``: NUTS in coordinates whitened
     by the ``R`` that FisherMALA learns (see ``docs/fisher_nuts.md``).
 
-    The whole warm-up of ``fm.sample(..., "fisher_nuts")`` (Fisher phase, then dual
-    averaging of the leapfrog step, then the scale normalization) runs in ``init``, with
-    ``num_warmup`` iterations; the ``num_warmup`` warm-up calls of ``sample`` that NUTS
-    would spend on adaptation are then no-ops (``collect_warmup=True`` collects the
-    warmed-up state repeated), and every later call is one NUTS transition with ``R`` and
-    the step frozen.
+    The warm-up of ``fm.sample(..., "fisher_nuts")`` over ``num_warmup`` iterations: its
+    Fisher phase (FisherMALA, a loop of its own) runs in ``init``, and the warm-up calls of
+    ``sample`` that it stands for are no-ops (``collect_warmup=True`` collects that state
+    repeated); the step-size phase (dual averaging of the leapfrog step, the widening of
+    ``R`` where due, then the scale normalization) runs in the last warm-up calls of
+    ``sample``, one NUTS transition each, as NumPyro's NUTS adapts; every later call is one
+    NUTS transition with ``R`` and the step frozen. The step-size phase and the draws are
+    the same compiled transition, so NUTS is compiled once (in NumPyro's loop), not once
+    for the warm-up and again for the draws.
 
     Parameters
     ----------
@@ -581,7 +623,8 @@ class FisherNUTSKernel(MCMCKernel):
         self._postprocess_fn = None
         self._initializations = {}  # see `_initialize`
         self._num_warmup = 0
-        self._kernel = whitened_hmc.build_kernel(algorithm)
+        self._warmup()  # BlackJAX's kernels, the options: a clear error now, not in `init`
+        self._tuning = None  # see `_step_tuning`
         # the warm-up compiled once for all chains of a run (see `init`)
         self._compiled_warmups = {}
 
@@ -646,23 +689,26 @@ class FisherNUTSKernel(MCMCKernel):
         if cache_key not in self._compiled_warmups:
             warmup = self._warmup(lambda z, potential=self._potential_fn: -potential(z))
             num = self._num_warmup
-            run = jax.jit(lambda key, params: warmup.run(key, params, num))
+            run = jax.jit(lambda key, params: _fisher_phase(warmup, key, params, num))
             self._compiled_warmups = {cache_key: (model_args, model_kwargs, run)}
         run = self._compiled_warmups[cache_key][2]
-        (state, parameters), _ = run(key_warmup, init_params)
+        carry = run(key_warmup, init_params)
+        state = carry.state
         zero = jnp.zeros((), state.logdensity.dtype)
         return FisherNUTSKernelState(
             jnp.zeros((), jnp.int32),
             state.position,
             -state.logdensity,
             state,
-            jnp.asarray(parameters.step_size, state.logdensity.dtype),
+            jnp.asarray(carry.initial_step, state.logdensity.dtype),
             zero,
             zero,
             jnp.zeros((), bool),
             jnp.zeros((), jnp.int32),
             rng_key,
             -state.logdensity,
+            carry._replace(state=None),
+            jax.random.split(key_warmup)[1],  # as the step-size phase of `fm.sample`'s
         )
 
     def postprocess_fn(self, args, kwargs):
@@ -670,49 +716,97 @@ class FisherNUTSKernel(MCMCKernel):
             return identity
         return self._postprocess_fn(*args, **kwargs)
 
+    def _step_tuning(self):
+        """The step-size phase's :class:`~fisher_mala.leapfrog_tuning.LeapfrogTuning`
+        (under ``jit`` no stopping rule looks, so never the plateau's)."""
+        if getattr(self, "_tuning", None) is None:
+            self._tuning = self._warmup(self._logdensity).tuning_for(plateau=False)
+        return self._tuning
+
     def sample(self, state, model_args, model_kwargs):
-        def warmed_up(state):  # the warm-up ran in `init`
+        num_fisher = self._num_warmup - self._warmup_split()[1]
+
+        def fisher_phase_done(state):  # its iterations ran in `init`
             return state._replace(i=state.i + 1)
 
-        def transition(state):
-            rng_key, key = jax.random.split(state.rng_key)
-            hmc_state, info = self._kernel(
-                key,
-                state.hmc_state,
-                self._logdensity,
-                state.step_size,
-                self._num_integration_steps,
-                self._max_num_doublings,
-            )
-            n = state.i + 1 - self._num_warmup
-            alpha = info.acceptance_rate.astype(state.mean_accept_prob.dtype)
-            mean = state.mean_accept_prob + (alpha - state.mean_accept_prob) / n
-            return FisherNUTSKernelState(
-                state.i + 1,
-                hmc_state.position,
-                -hmc_state.logdensity,
-                hmc_state,
-                state.step_size,
-                alpha,
-                mean,
-                jnp.asarray(info.is_divergent),
-                jnp.asarray(info.num_integration_steps, jnp.int32),
-                rng_key,
-                jnp.asarray(info.energy, state.energy.dtype),
-            )
+        return jax.lax.cond(state.i < num_fisher, fisher_phase_done, self._transition, state)
 
-        return jax.lax.cond(state.i < self._num_warmup, warmed_up, transition, state)
+    def _warmup_split(self):
+        """``(Fisher iterations, step-size iterations)`` of ``num_warmup``."""
+        if getattr(self, "_split_warmup", None) is None:
+            self._split_warmup = self._warmup()
+        return self._split_warmup.split(self._num_warmup)
+
+    def _transition(self, state):
+        """One NUTS (HMC) transition: of the step-size phase (its last iteration also
+        freezes the step and rescales ``R``) or of the draws, one kernel call for both."""
+        tuning, carry, i = self._step_tuning(), state.tuning, state.i
+        num_fisher, num_tune = self._warmup_split()
+        tune = i < self._num_warmup
+        hmc_state, da, moments = state.hmc_state, carry.dual_averaging, carry.moments
+        sum_sq, count = carry.sum_sq, carry.count
+        if moments is not None:  # the draws' sums, and the widening where due
+            phase = _step_size_phase(tuning, hmc_state, num_tune, None, widening=True)
+            inner = (hmc_state, da, sum_sq, count, moments, carry.widen_iteration)
+            hmc_state, da, sum_sq, count, moments, _ = phase.before_step(inner, i)
+        dtype = hmc_state.whitened_grad.dtype
+        # the draws' keys split the chain's key, the step-size phase's fold in its own
+        rng_key, key_draw = jax.random.split(state.rng_key)
+        rng_key, key = _select_keys(tune, (state.rng_key, jax.random.fold_in(state.tuning_key, i)),
+                                    (rng_key, key_draw))  # fmt: skip
+        step = jnp.where(tune, jnp.exp(da.log_step_size).astype(dtype), state.step_size)
+        steps = self._num_integration_steps
+        if steps is None and self._algorithm == "hmc":
+            dim = hmc_state.whitened_grad.shape[-1]
+            tuned = jnp.ceil(TRAJECTORY_LENGTH * jnp.sqrt(dim * count / sum_sq) / step)
+            tuned = jnp.clip(tuned, 1, 2**self._max_num_doublings).astype(jnp.int32)
+            frozen = jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / step), 1).astype(jnp.int32)
+            steps = jnp.where(tune, tuned, frozen)
+        hmc_state, info = tuning.kernel(
+            key, hmc_state, tuning.logdensity_fn, step, steps, self._max_num_doublings
+        )
+        _, da_update, da_final = tuning.dual_averaging
+        tuned = (da_update(da, info.acceptance_rate), sum_sq + jnp.sum(hmc_state.whitened_grad**2),
+                 count + 1)  # fmt: skip
+        da, sum_sq, count = jax.tree.map(
+            lambda new, old: jnp.where(tune, new, old), tuned, (da, sum_sq, count)
+        )
+        step = jnp.where(tune, jnp.exp(da.log_step_size).astype(dtype), state.step_size)
+
+        def freeze(parts):  # the end of the warm-up: tuning_finish's step and R
+            hmc_state, _ = parts
+            frozen, k = normalize(hmc_state, sum_sq / count)
+            return frozen, jnp.asarray(da_final(da), dtype) / k
+
+        hmc_state, step = jax.lax.cond(
+            i == self._num_warmup - 1, freeze, lambda parts: parts, (hmc_state, step)
+        )
+        n = i + 1 - jnp.where(tune, num_fisher, self._num_warmup)  # in this phase
+        alpha = info.acceptance_rate.astype(state.mean_accept_prob.dtype)
+        mean = state.mean_accept_prob + (alpha - state.mean_accept_prob) / n
+        return FisherNUTSKernelState(
+            i + 1,
+            hmc_state.position,
+            -hmc_state.logdensity,
+            hmc_state,
+            step,
+            alpha,
+            mean,
+            jnp.asarray(info.is_divergent),
+            jnp.asarray(info.num_integration_steps, jnp.int32),
+            rng_key,
+            jnp.asarray(info.energy, state.energy.dtype),
+            carry._replace(dual_averaging=da, sum_sq=sum_sq, count=count, moments=moments),
+            state.tuning_key,
+        )
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_kernel"] = None
+        state["_tuning"] = None
         state["_compiled_warmups"] = {}
         state["_initializations"] = {}
         state["_split_warmup"] = None
         return state
 
     def __setstate__(self, state):
-        from fisher_mala import whitened_hmc
-
         self.__dict__.update(state)
-        self._kernel = whitened_hmc.build_kernel(self._algorithm)

@@ -184,7 +184,10 @@ def _initial_state_and_step(rng_key, position, logdensity_fn, initial_step_size,
     if not search:
         step = jnp.asarray(initial_step_size, ravel(position).dtype)
         return state, StepSizeSearch(step, jnp.zeros((), jnp.int32))
-    found = find_reasonable_step_size(rng_key, logdensity_fn, position, initial_step_size, target)
+    found = find_reasonable_step_size(
+        rng_key, logdensity_fn, position, initial_step_size, target,
+        logdensity_and_grad=(state.logdensity, state.logdensity_grad),
+    )  # fmt: skip
     return state, found
 
 
@@ -898,8 +901,9 @@ def hmc_warmup(
             validation.check_position(position)
             validation.check_logdensity(logdensity_fn, position)
             found = find_reasonable_step_size(
-                key_search, logdensity_fn, position, initial_step_size**2, MALA_TARGET_ACCEPTANCE
-            )
+                key_search, logdensity_fn, position, initial_step_size**2, MALA_TARGET_ACCEPTANCE,
+                logdensity_and_grad=(state.logdensity, state.logdensity_grad),
+            )  # fmt: skip
             found = StepSizeSearch(jnp.sqrt(found.step_size), found.num_grad_evals)
         else:
             _, found = _initial_state_and_step(

@@ -184,15 +184,15 @@ def test_sample_numpyro_takes_the_models_arguments_and_feeds_loo_and_compare():
 
 
 def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch):
-    """NumPyro calls ``init`` once per chain (``chain_method="sequential"``): the warm-up is
-    traced (and compiled) once for the four chains, not four times; the model is set up
-    twice (the first chain's initial point and functions, then one compiled program that
-    finds the other chains' points)."""
+    """NumPyro calls ``init`` once per chain (``chain_method="sequential"``): the warm-up's
+    Fisher phase is traced (and compiled) once for the four chains, not four times; the
+    model is set up twice (the first chain's initial point and functions, then one
+    compiled program that finds the other chains' points)."""
     from fisher_mala import numpyro_kernel
     from fisher_mala.whitened_warmup import FisherHMCWarmup
 
     traces, setups = [], []
-    original, initialize = FisherHMCWarmup.run, numpyro_kernel.initialize_model
+    original, initialize = FisherHMCWarmup.staged_run, numpyro_kernel.initialize_model
 
     def counting(self, *args, **kwargs):
         traces.append(1)
@@ -202,7 +202,7 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
         setups.append(1)
         return initialize(*args, **kwargs)
 
-    monkeypatch.setattr(FisherHMCWarmup, "run", counting)
+    monkeypatch.setattr(FisherHMCWarmup, "staged_run", counting)
     monkeypatch.setattr(numpyro_kernel, "initialize_model", counting_setups)
     mcmc = MCMC(fm.FisherNUTSKernel(eight_schools), num_warmup=200, num_samples=50,
                 num_chains=4, chain_method="sequential", progress_bar=False)  # fmt: skip
@@ -261,3 +261,29 @@ def test_the_kernels_start_where_numpyro_would_with_one_key():
         for site, value in expected.param_info.z.items():
             np.testing.assert_array_equal(np.asarray(found[site]), np.asarray(value))
     assert len(kernel._initializations) == 1
+
+
+def test_the_step_size_phase_runs_in_numpyros_warm_up_calls():
+    """The Fisher phase runs in ``init`` (its warm-up calls of ``sample`` are no-ops); the
+    step-size phase runs in the last warm-up calls, one NUTS transition each (tuning the
+    step, which the progress bar shows), and freezes the step at the last one; a run
+    through ``mcmc.warmup()`` and then ``mcmc.run()`` draws what one ``mcmc.run()`` does."""
+    kernel = fm.FisherNUTSKernel(eight_schools)
+    fields = ("accept_prob", "num_steps")
+    mcmc = MCMC(kernel, num_warmup=200, num_samples=30, progress_bar=False)
+    mcmc.warmup(jax.random.key(4), SIGMA, y=Y, collect_warmup=True, extra_fields=fields)
+    num_fisher, num_tune = kernel._warmup_split()
+    assert num_fisher + num_tune == 200 and num_tune >= 10
+    warm = mcmc.get_extra_fields()
+    accept, steps = np.asarray(warm["accept_prob"]), np.asarray(warm["num_steps"])
+    assert np.all(accept[:num_fisher] == 0) and np.all(steps[:num_fisher] == 0)
+    assert np.all(steps[num_fisher:] >= 1) and np.mean(accept[num_fisher:]) > 0.3
+    frozen = float(mcmc.last_state.step_size)
+    mcmc.run(mcmc.post_warmup_state.rng_key, SIGMA, y=Y)
+    assert float(mcmc.last_state.step_size) == frozen  # the draws do not tune it
+    split = np.asarray(mcmc.get_samples()["mu"])
+
+    whole = MCMC(fm.FisherNUTSKernel(eight_schools), num_warmup=200, num_samples=30,
+                 progress_bar=False)  # fmt: skip
+    whole.run(jax.random.key(4), SIGMA, y=Y)
+    np.testing.assert_array_equal(np.asarray(whole.get_samples()["mu"]), split)

@@ -150,6 +150,7 @@ def find_reasonable_step_size(
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
     num_proposals: int = 8,
     max_doublings: int = MAX_DOUBLINGS,
+    logdensity_and_grad=None,
 ) -> StepSizeSearch:
     """Double or halve ``sigma^2`` until MALA's mean acceptance crosses the target.
 
@@ -170,6 +171,10 @@ def find_reasonable_step_size(
         Proposals averaged per trial step.
     max_doublings
         At most this many doublings or halvings.
+    logdensity_and_grad
+        ``(log pi(position), its gradient)`` (the gradient a pytree like ``position``),
+        where the caller has them already (a chain's initial state): the gradient is then
+        not evaluated (nor compiled) again.
 
     Returns
     -------
@@ -179,7 +184,10 @@ def find_reasonable_step_size(
     flat, unravel = ravel_pytree(position)
     dtype = flat.dtype
     value_and_grad = flat_logdensity_and_grad(logdensity_fn, unravel)
-    logdensity, grad = value_and_grad(flat)
+    if logdensity_and_grad is None:
+        logdensity, grad = value_and_grad(flat)
+    else:
+        logdensity, grad = logdensity_and_grad[0], ravel_pytree(logdensity_and_grad[1])[0]
     keys = jax.random.split(rng_key, num_proposals)
     identity = lambda v: v  # noqa: E731
 
