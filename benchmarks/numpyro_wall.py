@@ -11,8 +11,10 @@ warm-up and 1000 draws per chain (FisherMALA: 5000 + 5000, a MALA-type sampler's
 lengths), ``chain_method="sequential"``, 1 and 4 chains, each cell in a fresh process (no
 cell reuses what another compiled). Wall time: ``MCMC.run`` by the clock, compilation
 included (the imports and the model's set-up before it are not); min bulk ESS over every
-latent coordinate (ArviZ's rank-normalized, over the chains). Cells in
-``benchmarks/results/numpyro_wall/``.
+latent coordinate (ArviZ's rank-normalized, over the chains). Each cell runs with
+:data:`SEEDS` keys (a single run's min ESS, and a single chain's above all, varies by a
+third between keys): the table shows the median seconds and the median min ESS over them.
+Cells in ``benchmarks/results/numpyro_wall/`` (``<model>_<kernel>_<chains>[_s<seed>].json``).
 """
 
 import argparse
@@ -32,6 +34,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "numpyro_wall"
 TABLE = RESULTS.parent / "numpyro_wall.md"
 KERNELS = ("nuts", "fisher_nuts", "fisher_nuts_warm", "fisher_mala")
 CHAINS = (1, 4)
+#: The keys ``jax.random.key(seed)`` of each cell's runs.
+SEEDS = (0, 1, 2)
 #: Warm-up and draws per chain; ``fisher_nuts_warm``: 1000 draws after the warm-up the
 #: kernel's short-warm-up warning asks for (``fm.numpyro_kernel.suggested_num_warmup``,
 #: at least 1000).
@@ -84,9 +88,14 @@ def _models():
     }
 
 
-def cell(model_name: str, kernel_name: str, chains: int, options=None) -> dict:
+def _path(model_name: str, kernel_name: str, chains: int, seed: int = 0) -> Path:
+    suffix = f"_s{seed}" if seed else ""
+    return RESULTS / f"{model_name}_{kernel_name}_{chains}{suffix}.json"
+
+
+def cell(model_name: str, kernel_name: str, chains: int, options=None, seed: int = 0) -> dict:
     """One cell (cached), or with ``options`` for the Fisher kernel: printed, not cached."""
-    path = RESULTS / f"{model_name}_{kernel_name}_{chains}.json"
+    path = _path(model_name, kernel_name, chains, seed)
     if path.exists() and not options:
         return json.loads(path.read_text())
     from numpyro.infer import MCMC, NUTS
@@ -107,7 +116,7 @@ def cell(model_name: str, kernel_name: str, chains: int, options=None) -> dict:
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num, num_chains=chains,
                 chain_method="sequential", progress_bar=False)  # fmt: skip
     start = time.perf_counter()
-    mcmc.run(jax.random.key(0), *args, **kwargs)
+    mcmc.run(jax.random.key(seed), *args, **kwargs)
     jax.block_until_ready(mcmc.get_samples())
     seconds = time.perf_counter() - start
     samples = mcmc.get_samples(group_by_chain=True)
@@ -119,6 +128,7 @@ def cell(model_name: str, kernel_name: str, chains: int, options=None) -> dict:
         "model": model_name,
         "kernel": kernel_name,
         "chains": chains,
+        "seed": seed,
         "warmup": num_warmup,
         "draws": num,
         "seconds": seconds,
@@ -148,30 +158,41 @@ def suggested(model_name: str) -> int:
     return max(LENGTHS["fisher_nuts_warm"], suggested_num_warmup(fm.FisherNUTSKernel(model), dim))
 
 
+def _median_cell(model: str, kernel: str, chains: int):
+    """``(seconds, min ESS, runs)``: the medians over the recorded seeds, or None."""
+    runs = [json.loads(p.read_text()) for seed in SEEDS
+            if (p := _path(model, kernel, chains, seed)).exists()]  # fmt: skip
+    if not runs:
+        return None
+    seconds = float(np.median([r["seconds"] for r in runs]))
+    return seconds, float(np.median([r["min_ess"] for r in runs])), runs
+
+
 def render() -> str:
     rows = []
     for model in ("count", "logistic", "gp_latent"):
         for chains in CHAINS:
-            cells = {k: RESULTS / f"{model}_{k}_{chains}.json" for k in KERNELS}
-            if not all(p.exists() for p in cells.values()):
+            c = {k: _median_cell(model, k, chains) for k in KERNELS}
+            if not all(c.values()):
                 continue
-            c = {k: json.loads(p.read_text()) for k, p in cells.items()}
-            nuts = c["nuts"]["ess_per_second"]
-            warm = c["fisher_nuts_warm"].get("warmup", 1000)
+            nuts = c["nuts"][1] / c["nuts"][0]
+            warm = c["fisher_nuts_warm"][2][0].get("warmup", 1000)
+            seeds = min(len(v[2]) for v in c.values())
             rows.append(
                 (
                     model,
                     chains,
                     warm,
-                    " / ".join(f"{c[k]['seconds']:.1f}" for k in KERNELS),
-                    " / ".join(f"{c[k]['min_ess']:.0f}" for k in KERNELS),
-                    " / ".join(f"{c[k]['ess_per_second'] / nuts:.2f}" for k in KERNELS[1:]),
+                    seeds,
+                    " / ".join(f"{c[k][0]:.1f}" for k in KERNELS),
+                    " / ".join(f"{c[k][1]:.0f}" for k in KERNELS),
+                    " / ".join(f"{c[k][1] / c[k][0] / nuts:.2f}" for k in KERNELS[1:]),
                 )
             )
     text = templating.table(
-        ("model", "chains", "warm-up (3rd)",
-         "seconds: NUTS / Fisher NUTS / Fisher NUTS, warmer / FisherMALA",
-         "min bulk ESS (same order)", "ESS/s over NUTS's (same order)"),
+        ("model", "chains", "warm-up (3rd)", "keys",
+         "median seconds: NUTS / Fisher NUTS / Fisher NUTS, warmer / FisherMALA",
+         "median min bulk ESS (same order)", "ESS/s over NUTS's (same order)"),
         rows,
     )  # fmt: skip
     TABLE.write_text(text + "\n")
@@ -183,6 +204,7 @@ def main(argv=None) -> None:
     parser.add_argument("--render", action="store_true", help="the table only")
     parser.add_argument("--cell", nargs=3, metavar=("MODEL", "KERNEL", "CHAINS"),
                         help="one cell, in this process (each cell's fresh process)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="with --cell: the run's key")
     parser.add_argument("--suggest", metavar="MODEL", help="print the warmer warm-up's length")
     parser.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
                         help="with --cell: a kernel option (a string), not cached")  # fmt: skip
@@ -195,16 +217,19 @@ def main(argv=None) -> None:
         model, kernel, chains = args.cell
         options = dict(option.split("=", 1) for option in args.set)
         with jax.enable_x64(True):
-            cell(model, kernel, int(chains), options)
+            cell(model, kernel, int(chains), options, args.seed)
         return
     if not args.render:
-        for model in ("count", "logistic", "gp_latent"):
-            for chains in CHAINS:
-                for kernel in KERNELS:
-                    if not (RESULTS / f"{model}_{kernel}_{chains}.json").exists():
+        for seed in SEEDS:
+            for model in ("count", "logistic", "gp_latent"):
+                for chains in CHAINS:
+                    for kernel in KERNELS:
+                        if _path(model, kernel, chains, seed).exists():
+                            continue
                         # a fresh process: no cell reuses what another compiled
-                        command = ["-m", "benchmarks.numpyro_wall", "--cell", model, kernel]
-                        subprocess.run([sys.executable, *command, str(chains)], check=True)
+                        command = ["-m", "benchmarks.numpyro_wall", "--cell", model, kernel,
+                                   str(chains), "--seed", str(seed)]  # fmt: skip
+                        subprocess.run([sys.executable, *command], check=True)
     print(render())
 
 
