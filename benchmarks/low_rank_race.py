@@ -24,7 +24,9 @@ Targets (synthetic, fixed seeds):
   ``O(d r)``;
 * ``hierarchical_logistic``: a varying-intercept logistic regression, 1000 groups of 8
   observations, 3 covariates, non-centred (``alpha_g = mu + tau z_g``): ``d = 1005``, the
-  population parameters correlated with every group's.
+  population parameters correlated with every group's;
+* ``hierarchical_logistic_10k``: the same with 10 000 groups, ``d = 10 005`` (no dense
+  ``R`` there: :data:`DENSE_MAX_DIM`).
 
 Cells cached in ``benchmarks/results/low_rank_race/<target>/<sampler>.json``; the table in
 ``benchmarks/results/low_rank_race.md``.
@@ -85,7 +87,7 @@ def gaussian_lowrank(dim=1000):
     return _Target("gaussian_lowrank", dim, logdensity, pymc_model)
 
 
-def hierarchical_logistic(groups=1000, per_group=8, features=3):
+def hierarchical_logistic(groups=1000, per_group=8, features=3, name="hierarchical_logistic"):
     rng = np.random.default_rng(1)
     group = np.repeat(np.arange(groups), per_group)
     x = rng.normal(size=(groups * per_group, features))
@@ -113,10 +115,19 @@ def hierarchical_logistic(groups=1000, per_group=8, features=3):
             pm.Bernoulli("y", logit_p=mu + tau * z[group] + pm.math.dot(x, b), observed=y)
         return model
 
-    return _Target("hierarchical_logistic", 2 + features + groups, logdensity, pymc_model)
+    return _Target(name, 2 + features + groups, logdensity, pymc_model)
 
 
-TARGETS = {"gaussian_lowrank": gaussian_lowrank, "hierarchical_logistic": hierarchical_logistic}
+def hierarchical_logistic_10k():
+    return hierarchical_logistic(groups=10_000, name="hierarchical_logistic_10k")
+
+
+TARGETS = {"gaussian_lowrank": gaussian_lowrank, "hierarchical_logistic": hierarchical_logistic,
+           "hierarchical_logistic_10k": hierarchical_logistic_10k}  # fmt: skip
+#: Above this ``d`` the dense ``R`` (and the rank-8 learner's long warm-up) are not run: a
+#: leapfrog step's two ``d x d`` products alone (2 10^8 flops at d = 10^4) would take the
+#: cell hours on this machine's 2 cores.
+DENSE_MAX_DIM = 2000
 
 
 def _fisher(target, positions, key, rank, num_warmup=FISHER_WARMUP):
@@ -207,6 +218,9 @@ def main(argv=None) -> None:
         with jax.enable_x64(True):
             for target in args.targets.split(","):
                 for sampler in args.samplers.split(","):
+                    big = sampler in ("fisher_nuts_dense", "fisher_nuts_rank8_long")
+                    if big and TARGETS[target]().dim > DENSE_MAX_DIM:
+                        continue
                     try:
                         run_cell(target, sampler)
                     except Exception as err:

@@ -179,7 +179,8 @@ def find_reasonable_step_size(
     Returns
     -------
     StepSizeSearch
-        The step and the number of gradient evaluations spent.
+        The step and the number of gradient evaluations spent (the one at ``position``
+        included unless ``logdensity_and_grad`` gave it).
     """
     flat, unravel = ravel_pytree(position)
     dtype = flat.dtype
@@ -205,4 +206,5 @@ def find_reasonable_step_size(
         target_acceptance_rate,
         max_doublings,
     )
-    return StepSizeSearch(step, (count + 1) * num_proposals + 1)
+    evaluated_here = 1 if logdensity_and_grad is None else 0  # the gradient at `position`
+    return StepSizeSearch(step, (count + 1) * num_proposals + evaluated_here)
