@@ -405,15 +405,6 @@ def _fisher_phase(warmup, rng_key, params, num_steps: int):
     return warmup.staged_run(call, params, num_steps)
 
 
-def _select_keys(condition, if_true, if_false):
-    """``if_true`` where ``condition``, else ``if_false`` (tuples of typed keys)."""
-    data = jax.tree.map(
-        lambda a, b: jnp.where(condition, jax.random.key_data(a), jax.random.key_data(b)),
-        if_true, if_false,
-    )  # fmt: skip
-    return jax.tree.map(jax.random.wrap_key_data, data)
-
-
 def _split_kwargs(model: Callable, options: dict, model_kwargs: dict | None):
     """``(model kwargs, sampler options)``: a keyword the model's signature names goes to
     the model (as NumPyro's ``MCMC.run(key, *args, **kwargs)``), any other to ``fm.sample``."""
@@ -663,12 +654,16 @@ class FisherNUTSKernel(MCMCKernel):
             **self._warmup_options,
         )
 
+    def _split(self, num_warmup: int):
+        """``(Fisher iterations, step-size iterations)`` of a warm-up of ``num_warmup``,
+        and the warm-up that splits it (built once: only its split is read)."""
+        if getattr(self, "_split_warmup", None) is None:
+            self._split_warmup = self._warmup()
+        return self._split_warmup.split(num_warmup), self._split_warmup
+
     def _num_fisher(self, num_warmup: int) -> int:
         """Adaptive Fisher iterations of a warm-up of ``num_warmup`` (after the MALA ones)."""
-        if getattr(self, "_split_warmup", None) is None:  # built once: only its split is read
-            self._split_warmup = self._warmup()
-        warmup = self._split_warmup
-        num_fisher, _ = warmup.split(num_warmup)
+        (num_fisher, _), warmup = self._split(num_warmup)
         return num_fisher - min(warmup.fisher.num_mala_steps, num_fisher)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
@@ -724,24 +719,18 @@ class FisherNUTSKernel(MCMCKernel):
         return self._tuning
 
     def sample(self, state, model_args, model_kwargs):
-        num_fisher = self._num_warmup - self._warmup_split()[1]
+        num_fisher = self._split(self._num_warmup)[0][0]
 
         def fisher_phase_done(state):  # its iterations ran in `init`
             return state._replace(i=state.i + 1)
 
         return jax.lax.cond(state.i < num_fisher, fisher_phase_done, self._transition, state)
 
-    def _warmup_split(self):
-        """``(Fisher iterations, step-size iterations)`` of ``num_warmup``."""
-        if getattr(self, "_split_warmup", None) is None:
-            self._split_warmup = self._warmup()
-        return self._split_warmup.split(self._num_warmup)
-
     def _transition(self, state):
         """One NUTS (HMC) transition: of the step-size phase (its last iteration also
         freezes the step and rescales ``R``) or of the draws, one kernel call for both."""
         tuning, carry, i = self._step_tuning(), state.tuning, state.i
-        num_fisher, num_tune = self._warmup_split()
+        num_fisher, num_tune = self._split(self._num_warmup)[0]
         tune = i < self._num_warmup
         hmc_state, da, moments = state.hmc_state, carry.dual_averaging, carry.moments
         sum_sq, count = carry.sum_sq, carry.count
@@ -752,8 +741,10 @@ class FisherNUTSKernel(MCMCKernel):
         dtype = hmc_state.whitened_grad.dtype
         # the draws' keys split the chain's key, the step-size phase's fold in its own
         rng_key, key_draw = jax.random.split(state.rng_key)
-        rng_key, key = _select_keys(tune, (state.rng_key, jax.random.fold_in(state.tuning_key, i)),
-                                    (rng_key, key_draw))  # fmt: skip
+        rng_key, key = jax.tree.map(
+            lambda a, b: jax.lax.select(tune, a, b),
+            (state.rng_key, jax.random.fold_in(state.tuning_key, i)), (rng_key, key_draw),
+        )  # fmt: skip
         step = jnp.where(tune, jnp.exp(da.log_step_size).astype(dtype), state.step_size)
         steps = self._num_integration_steps
         if steps is None and self._algorithm == "hmc":

@@ -272,7 +272,7 @@ def test_the_step_size_phase_runs_in_numpyros_warm_up_calls():
     fields = ("accept_prob", "num_steps")
     mcmc = MCMC(kernel, num_warmup=200, num_samples=30, progress_bar=False)
     mcmc.warmup(jax.random.key(4), SIGMA, y=Y, collect_warmup=True, extra_fields=fields)
-    num_fisher, num_tune = kernel._warmup_split()
+    num_fisher, num_tune = kernel._split(200)[0]
     assert num_fisher + num_tune == 200 and num_tune >= 10
     warm = mcmc.get_extra_fields()
     accept, steps = np.asarray(warm["accept_prob"]), np.asarray(warm["num_steps"])
