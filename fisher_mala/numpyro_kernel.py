@@ -60,6 +60,21 @@ except ImportError:  # pragma: no cover - exercised only without numpyro
     init_to_uniform = initialize_model = identity = is_prng_key = None
 
 
+def _arguments_key(model_args, model_kwargs):
+    """A key under which what was compiled for a model's arguments is kept, as NumPyro's
+    ``MCMC`` keeps its compiled loop (``jit_model_args=False``): an array counts by its
+    identity (the compiled code holds its values), any other argument by its value; None
+    for arguments that cannot be keys. Whoever keeps something under the key also keeps
+    the arguments, so that no identity is reused while it is kept."""
+    leaves, structure = jax.tree.flatten((tuple(model_args or ()), dict(model_kwargs or {})))
+    key = (structure, *(id(x) if isinstance(x, (np.ndarray, jax.Array)) else x for x in leaves))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     """The kernel's model through ``initialize_model`` (sets its potential and
     postprocess functions); returns the unconstrained initial position."""
@@ -80,17 +95,16 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
 
     # A batch of one key: NumPyro then finds the initial point in one compiled loop (with
     # one key it runs the model op by op, each operation compiled on its own: seconds).
-    # NumPyro passes the same argument objects to the init of every chain of a run: the
-    # first chain's functions are kept, and later chains find their points with one
-    # compiled program (kept with the objects, so that their ids stay theirs).
-    cache_key = (id(model_args), id(model_kwargs))
+    # The chains of a run, and later runs with the same data, share the first chain's
+    # functions and find their points with one compiled program (see `_arguments_key`).
+    cache_key = _arguments_key(model_args, model_kwargs)
     cached = getattr(kernel, "_initializations", {}).get(cache_key)
     concrete = validation.is_concrete((rng_key, model_args, model_kwargs))
     if cached is None or not concrete:
         params, potential_gen, kernel._postprocess_fn, _ = initialize(rng_key[None])
         kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
         found = params[0]
-        if concrete:  # not under NumPyro's jit / pmap / vmap (parallel, vectorized chains)
+        if concrete and cache_key is not None:  # not under NumPyro's jit / pmap / vmap
             finder = jax.jit(lambda keys: initialize(keys).param_info.z)
             kept = (model_args, model_kwargs, kernel._potential_fn, kernel._postprocess_fn)
             kernel._initializations = {cache_key: (*kept, finder)}
@@ -677,11 +691,11 @@ class FisherNUTSKernel(MCMCKernel):
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_warmup = jax.random.split(rng_key, 3)
         init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
-        # NumPyro passes the same argument objects to the init of every chain of a run:
-        # the warm-up is compiled once for them (the objects are kept, so ids stay theirs)
+        # compiled once for the chains of a run and for later runs with the same data (the
+        # arguments are kept with it: see `_arguments_key`)
         _warn_short_fisher_phase(self, init_params)
-        cache_key = (self._num_warmup, id(model_args), id(model_kwargs))
-        if cache_key not in self._compiled_warmups:
+        cache_key = (self._num_warmup, _arguments_key(model_args, model_kwargs))
+        if cache_key[1] is None or cache_key not in self._compiled_warmups:
             warmup = self._warmup(lambda z, potential=self._potential_fn: -potential(z))
             num = self._num_warmup
             run = jax.jit(lambda key, params: _fisher_phase(warmup, key, params, num))

@@ -187,7 +187,9 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
     """NumPyro calls ``init`` once per chain (``chain_method="sequential"``): the warm-up's
     Fisher phase is traced (and compiled) once for the four chains, not four times; the
     model is set up twice (the first chain's initial point and functions, then one
-    compiled program that finds the other chains' points)."""
+    compiled program that finds the other chains' points). A second run with the same
+    data (other argument containers, as ``MCMC.run(*args, **kwargs)`` makes them) reuses
+    both, as NumPyro's ``MCMC`` reuses its compiled loop; other data is set up anew."""
     from fisher_mala import numpyro_kernel
     from fisher_mala.whitened_warmup import FisherHMCWarmup
 
@@ -211,6 +213,10 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
     assert len(setups) == 2
     samples = mcmc.get_samples(group_by_chain=True)["mu"]
     assert samples.shape == (4, 50) and len({float(s[0]) for s in samples}) == 4
+    mcmc.run(jax.random.key(1), SIGMA, y=Y)
+    assert (len(traces), len(setups)) == (1, 2)
+    mcmc.run(jax.random.key(1), SIGMA, y=Y + 1.0)
+    assert (len(traces), len(setups)) == (2, 4)
 
 
 def test_a_warm_up_too_short_for_the_fisher_phase_warns_once_with_a_length_that_suffices():
