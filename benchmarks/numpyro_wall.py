@@ -222,7 +222,7 @@ def main(argv=None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
                         help="with --cell: a kernel option (a string), not cached")  # fmt: skip
     parser.add_argument("--again", action="store_true",
-                        help="with --cell: time a second run on the same data, not cached")  # fmt: skip
+                        help="with --cell: time a second run on the same data")  # fmt: skip
     args = parser.parse_args(argv)
     if args.suggest:
         with jax.enable_x64(True):
