@@ -21,6 +21,7 @@ NumPyro model and maps the draws back to the model's named, constrained sites.
 """
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -272,6 +273,7 @@ class FisherMALAKernel(MCMCKernel):
         self._init_strategy = init_to_uniform if init_strategy is None else init_strategy
         self._postprocess_fn = None
         self._initializations = {}  # see `_initialize`
+        self._compiled_starts = {}  # see `init`
         self._num_warmup = 0
         self._signal, self._learning_rate = signal, learning_rate
         self._build_kernels()
@@ -314,12 +316,13 @@ class FisherMALAKernel(MCMCKernel):
         rng_key, key_model, key_search = jax.random.split(rng_key, 3)
         init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
         _warn_short_fisher_phase(self, init_params)
-        step = self._step_size
-        if self._find_step_size:
-            step = find_reasonable_step_size(
-                key_search, self._logdensity, init_params, step, self._target
-            ).step_size
-        fisher_state = fisher.init(init_params, self._logdensity, step, self._damping)
+        # the step-size search and the initial state, compiled once for the chains of a
+        # run and for later runs with the same data (see `_arguments_key`)
+        cache_key = _arguments_key(model_args, model_kwargs)
+        if cache_key is None or cache_key not in self._compiled_starts:
+            start = jax.jit(partial(self._start, potential_fn=self._potential_fn))
+            self._compiled_starts = {cache_key: (model_args, model_kwargs, start)}
+        fisher_state = self._compiled_starts[cache_key][2](key_search, init_params)
         zero = jnp.zeros((), fisher_state.logdensity.dtype)
         return FisherMALAKernelState(
             jnp.zeros((), jnp.int32),
@@ -330,6 +333,20 @@ class FisherMALAKernel(MCMCKernel):
             zero,
             rng_key,
         )
+
+    def _start(self, rng_key, params, potential_fn):
+        """The chain's initial FisherMALA state at ``params``: ``sigma^2`` searched from
+        the given one (``find_step_size``), ``R_0 = I / sqrt(lambda)``."""
+
+        def logdensity(z):
+            return -potential_fn(z)
+
+        step = self._step_size
+        if self._find_step_size:
+            step = find_reasonable_step_size(
+                rng_key, logdensity, params, step, self._target
+            ).step_size
+        return fisher.init(params, logdensity, step, self._damping)
 
     def postprocess_fn(self, args, kwargs):
         if self._postprocess_fn is None:
@@ -389,6 +406,7 @@ class FisherMALAKernel(MCMCKernel):
         state = self.__dict__.copy()
         state["_adaptive"] = state["_frozen"] = None
         state["_initializations"] = {}
+        state["_compiled_starts"] = {}
         return state
 
     def __setstate__(self, state):

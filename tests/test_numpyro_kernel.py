@@ -219,6 +219,29 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
     assert (len(traces), len(setups)) == (2, 4)
 
 
+def test_fisher_mala_kernel_compiles_its_start_once_for_all_chains(monkeypatch):
+    """The step-size search and the initial state of ``FisherMALAKernel`` are traced once
+    for the four chains of a run and a second run on the same data."""
+    from fisher_mala import numpyro_kernel
+
+    traces = []
+    original = numpyro_kernel.find_reasonable_step_size
+
+    def counting(*args, **kwargs):
+        traces.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(numpyro_kernel, "find_reasonable_step_size", counting)
+    mcmc = MCMC(fm.FisherMALAKernel(eight_schools), num_warmup=100, num_samples=20,
+                num_chains=4, chain_method="sequential", progress_bar=False)  # fmt: skip
+    with pytest.warns(fm.SamplingWarning):  # a warm-up too short to learn R
+        mcmc.run(jax.random.key(0), SIGMA, y=Y)
+    mcmc.run(jax.random.key(1), SIGMA, y=Y)
+    assert len(traces) == 1
+    steps = mcmc.get_samples(group_by_chain=True)["mu"]
+    assert steps.shape == (4, 20) and len({float(s[0]) for s in steps}) == 4
+
+
 def test_a_warm_up_too_short_for_the_fisher_phase_warns_once_with_a_length_that_suffices():
     """Eight schools has d = 10: the Fisher phase needs 50 d = 500 iterations after the
     500 MALA ones (FisherMALAKernel), and a share of NUTS's warm-up (FisherNUTSKernel)."""
