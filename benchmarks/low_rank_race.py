@@ -3,6 +3,7 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
 
     python -m benchmarks.low_rank_race                 # every cell, cached
     python -m benchmarks.low_rank_race --render        # the table only
+    python -m benchmarks.low_rank_race --inspect latent_gp_poisson   # how R whitens it
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -243,12 +244,51 @@ def render() -> str:
     return text
 
 
+def inspect(target_name: str, rank=8) -> None:
+    """One ``rank``-``k`` (None: dense) Fisher NUTS run of a target (the race's warm-up,
+    500 draws): per chain, the extreme eigenvalues of ``R^T H R``, ``H`` the negative
+    Hessian of the log density at the draws' mean (all equal when ``R`` whitens the
+    posterior there; a small one is a direction ``R`` holds too narrow)."""
+    import fisher_mala as fm
+
+    target = TARGETS[target_name]()
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
+    options = {} if rank is None else {"rank": rank}
+    r = fm.sample(key_run, "fisher_nuts", target.logdensity_fn, positions,
+                  num_warmup=FISHER_WARMUP, num_samples=500, metric="dense",
+                  stopping_rule=False, diagnose=False, **options)  # fmt: skip
+    mean = jnp.asarray(np.asarray(r.samples).reshape(-1, target.dim).mean(0))
+    hessian = -np.asarray(jax.hessian(target.logdensity_fn)(mean))
+    top = np.sort(np.linalg.eigvalsh(hessian))[::-1][:10]
+    print(f"{target_name}: largest eigenvalues of H", np.round(top, 1))
+    root = r.parameters.sqrt_precond
+    for c in range(CHAINS):
+        if rank is None:
+            matrix = np.asarray(root[c])
+        else:
+            basis, factors = np.asarray(root.basis[c]), np.asarray(root.factors[c])
+            matrix = np.asarray(root.scale[c])[:, None] * (
+                np.eye(target.dim) + (basis * factors) @ basis.T
+            )
+        eig = np.linalg.eigvalsh(matrix.T @ hessian @ matrix)
+        print(f"chain {c}: eigenvalues of R^T H R: largest {eig.max():.3g}, median "
+              f"{np.median(eig):.3g}, smallest {eig.min():.3g}")  # fmt: skip
+    print("leapfrog steps per draw", float(np.mean(r.sample_stats["num_grad_evals"])))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    parser.add_argument("--inspect", metavar="TARGET",
+                        help="one rank-8 run: how well its R whitens the posterior")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.inspect:
+        with jax.enable_x64(True):
+            inspect(args.inspect)
+        return
     if not args.render:
         with jax.enable_x64(True):
             for target in args.targets.split(","):
