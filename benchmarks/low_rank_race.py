@@ -248,7 +248,8 @@ def inspect(target_name: str, rank=8) -> None:
     """One ``rank``-``k`` (None: dense) Fisher NUTS run of a target (the race's warm-up,
     500 draws): per chain, the extreme eigenvalues of ``R^T H R``, ``H`` the negative
     Hessian of the log density at the draws' mean (all equal when ``R`` whitens the
-    posterior there; a small one is a direction ``R`` holds too narrow)."""
+    posterior there; a small one is a direction ``R`` holds too narrow, printed by its
+    largest coordinates)."""
     import fisher_mala as fm
 
     target = TARGETS[target_name]()
@@ -271,9 +272,13 @@ def inspect(target_name: str, rank=8) -> None:
             matrix = np.asarray(root.scale[c])[:, None] * (
                 np.eye(target.dim) + (basis * factors) @ basis.T
             )
-        eig = np.linalg.eigvalsh(matrix.T @ hessian @ matrix)
+        eig, vectors = np.linalg.eigh(matrix.T @ hessian @ matrix)
+        narrow = matrix @ vectors[:, 0]  # the direction R holds narrowest, in x
+        narrow /= np.linalg.norm(narrow)
+        top = np.argsort(-np.abs(narrow))[:3]
         print(f"chain {c}: eigenvalues of R^T H R: largest {eig.max():.3g}, median "
-              f"{np.median(eig):.3g}, smallest {eig.min():.3g}")  # fmt: skip
+              f"{np.median(eig):.3g}, smallest {eig.min():.3g}, along coordinates {top} "
+              f"(weights {np.round(np.abs(narrow[top]), 2)})")  # fmt: skip
     print("leapfrog steps per draw", float(np.mean(r.sample_stats["num_grad_evals"])))
 
 
