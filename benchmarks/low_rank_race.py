@@ -244,34 +244,26 @@ def render() -> str:
     return text
 
 
-def inspect(target_name: str, rank=8) -> None:
-    """One ``rank``-``k`` (None: dense) Fisher NUTS run of a target (the race's warm-up,
-    500 draws): per chain, the extreme eigenvalues of ``R^T H R``, ``H`` the negative
-    Hessian of the log density at the draws' mean (all equal when ``R`` whitens the
-    posterior there; a small one is a direction ``R`` holds too narrow, printed by its
-    largest coordinates)."""
+def inspect(target_name: str) -> None:
+    """One rank-8 Fisher NUTS run of a target (the race's warm-up, 500 draws): per chain,
+    the extreme eigenvalues of ``R^T H R``, ``H`` the negative Hessian of the log density
+    at the draws' mean (all equal when ``R`` whitens the posterior there; a small one is a
+    direction ``R`` holds too narrow, printed by its largest coordinates)."""
     import fisher_mala as fm
+    from fisher_mala.square_roots import dense
 
     target = TARGETS[target_name]()
     key_init, key_run = jax.random.split(jax.random.key(0))
     positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
-    options = {} if rank is None else {"rank": rank}
     r = fm.sample(key_run, "fisher_nuts", target.logdensity_fn, positions,
                   num_warmup=FISHER_WARMUP, num_samples=500, metric="dense",
-                  stopping_rule=False, diagnose=False, **options)  # fmt: skip
+                  stopping_rule=False, diagnose=False, rank=8)  # fmt: skip
     mean = jnp.asarray(np.asarray(r.samples).reshape(-1, target.dim).mean(0))
     hessian = -np.asarray(jax.hessian(target.logdensity_fn)(mean))
     top = np.sort(np.linalg.eigvalsh(hessian))[::-1][:10]
     print(f"{target_name}: largest eigenvalues of H", np.round(top, 1))
-    root = r.parameters.sqrt_precond
     for c in range(CHAINS):
-        if rank is None:
-            matrix = np.asarray(root[c])
-        else:
-            basis, factors = np.asarray(root.basis[c]), np.asarray(root.factors[c])
-            matrix = np.asarray(root.scale[c])[:, None] * (
-                np.eye(target.dim) + (basis * factors) @ basis.T
-            )
+        matrix = np.asarray(dense(jax.tree.map(lambda x, c=c: x[c], r.parameters.sqrt_precond)))
         eig, vectors = np.linalg.eigh(matrix.T @ hessian @ matrix)
         narrow = matrix @ vectors[:, 0]  # the direction R holds narrowest, in x
         narrow /= np.linalg.norm(narrow)

@@ -37,9 +37,9 @@ from fisher_mala.adaptations.step_size import (
     RobbinsMonroState,
     robbins_monro,
 )
-from fisher_mala.adaptations.step_size_search import find_reasonable_step_size
 from fisher_mala.leapfrog_tuning import _step_size_phase, normalize, tuning_start
 from fisher_mala.schedule import Phase, step_at
+from fisher_mala.warmups import _initial_state_and_step
 from fisher_mala.whitened_hmc import TRAJECTORY_LENGTH
 
 __all__ = [
@@ -336,17 +336,16 @@ class FisherMALAKernel(MCMCKernel):
 
     def _start(self, rng_key, params, potential_fn):
         """The chain's initial FisherMALA state at ``params``: ``sigma^2`` searched from
-        the given one (``find_step_size``), ``R_0 = I / sqrt(lambda)``."""
-
-        def logdensity(z):
-            return -potential_fn(z)
-
-        step = self._step_size
-        if self._find_step_size:
-            step = find_reasonable_step_size(
-                rng_key, logdensity, params, step, self._target
-            ).step_size
-        return fisher.init(params, logdensity, step, self._damping)
+        the given one (``find_step_size``; it reuses the gradient at ``params``, as the
+        warm-ups of ``fm.sample`` do), ``R_0 = I / sqrt(lambda)``."""
+        state, found = _initial_state_and_step(
+            rng_key, params, lambda z: -potential_fn(z), self._step_size,
+            self._find_step_size, self._target,
+        )  # fmt: skip
+        return fisher.state_from(
+            state.position, state.logdensity, state.logdensity_grad, found.step_size,
+            self._damping,
+        )  # fmt: skip
 
     def postprocess_fn(self, args, kwargs):
         if self._postprocess_fn is None:

@@ -222,16 +222,16 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
 def test_fisher_mala_kernel_compiles_its_start_once_for_all_chains(monkeypatch):
     """The step-size search and the initial state of ``FisherMALAKernel`` are traced once
     for the four chains of a run and a second run on the same data."""
-    from fisher_mala import numpyro_kernel
+    from fisher_mala import warmups
 
     traces = []
-    original = numpyro_kernel.find_reasonable_step_size
+    original = warmups.find_reasonable_step_size
 
     def counting(*args, **kwargs):
         traces.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(numpyro_kernel, "find_reasonable_step_size", counting)
+    monkeypatch.setattr(warmups, "find_reasonable_step_size", counting)
     mcmc = MCMC(fm.FisherMALAKernel(eight_schools), num_warmup=100, num_samples=20,
                 num_chains=4, chain_method="sequential", progress_bar=False)  # fmt: skip
     with pytest.warns(fm.SamplingWarning):  # a warm-up too short to learn R
