@@ -3,6 +3,8 @@
     python -m benchmarks.nutpie_race                  # every cell, cached
     python -m benchmarks.nutpie_race --render         # the table only
     python -m benchmarks.nutpie_race --inspect NAME   # one Fisher NUTS run of NAME, looked into
+    python -m benchmarks.nutpie_race --seed 2 --root benchmarks/results/nutpie_race_seed2
+    python -m benchmarks.nutpie_race --seeds          # every seed's ratios, per target
 
 The protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``: its cells, its
 starts, float64 everywhere as nutpie computes), at matched lengths: 4 chains of 2000
@@ -155,6 +157,46 @@ def render(root: Path = RESULTS, targets=TARGETS, first_column: str = "target") 
     return "\n".join(lines)
 
 
+#: The seeds' roots summarized by ``--seeds`` (seed 0 is the default root).
+SEED_ROOTS = (RESULTS, RESULTS.parent / "nutpie_race_seed1", RESULTS.parent / "nutpie_race_seed2")
+
+
+def render_seeds(roots=SEED_ROOTS) -> str:
+    """Per target, the per-gradient ratio in each seed and their geometric mean; then the
+    geometric mean over the targets and the lowest target, per seed and over the seeds
+    (a single run's min ESS varies by 10-15%, and more on a funnel)."""
+    per_seed = [{r["target"]: r for r in rows(root)} for root in roots]
+    targets = [t for t in TARGETS if all(t in seed for seed in per_seed)]
+    lines = [
+        "| target | " + " | ".join(f"seed {i}" for i in range(len(roots)))
+        + " | geometric mean over the seeds |",
+        "|---|" + "---|" * (len(roots) + 1),
+    ]
+    means = {}
+    for t in targets:
+        ratios = [seed[t]["per_grad"] for seed in per_seed]
+        means[t] = float(np.exp(np.mean(np.log(ratios))))
+        cells_text = " | ".join(
+            f"{v:.2f}" + (" (nutpie wrong)" if "nutpie" in seed[t]["failed"] else "")
+            for v, seed in zip(ratios, per_seed, strict=True)
+        )
+        lines.append(f"| `{t}` | {cells_text} | {means[t]:.2f} |")
+    if not targets:
+        return "\n".join(lines)
+    overall = [np.exp(np.mean(np.log([seed[t]["per_grad"] for t in targets])))
+               for seed in per_seed]  # fmt: skip
+    lowest = min(means, key=means.get)
+    pooled = np.exp(np.mean(np.log(list(means.values()))))
+    lines.append("")
+    lines.append(
+        f"Geometric mean over the {len(targets)} targets, per seed: "
+        + ", ".join(f"{v:.2f}" for v in overall)
+        + f"; of the per-target means over the seeds: **{pooled:.2f}**"
+        f", the lowest {means[lowest]:.2f} on `{lowest}`."
+    )
+    return "\n".join(lines)
+
+
 def use_cpu_devices() -> None:
     """Start JAX with the race's XLA:CPU devices (``versus_blackjax.CPU_DEVICES``), unless
     ``XLA_FLAGS`` already sets a count; call before JAX is first used."""
@@ -230,10 +272,16 @@ def main(argv=None) -> None:
         help="with --inspect: another option of fm.sample (a Python literal)",
     )  # fmt: skip
     parser.add_argument("--root", type=Path, default=RESULTS)
+    parser.add_argument("--seeds", action="store_true", help="every seed's ratios, per target")
     parser.add_argument(
         "--seed", type=int, default=0, help="other starts and keys (with another --root)"
     )
     args = parser.parse_args(argv)
+    if args.seeds:
+        text = render_seeds()
+        (RESULTS.parent / "nutpie_race_seeds.md").write_text(text + "\n")
+        print(text)
+        return
     if args.inspect:
         extra = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.set)}
         inspect(args.inspect, not args.no_regroup, args.damping, args.seed, **extra)
