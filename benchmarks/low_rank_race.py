@@ -4,6 +4,7 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
     python -m benchmarks.low_rank_race                 # every cell, cached
     python -m benchmarks.low_rank_race --render        # the table only
     python -m benchmarks.low_rank_race --inspect latent_gp_poisson   # how R whitens it
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k   # a cell's cost
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -274,6 +275,30 @@ def inspect(target_name: str) -> None:
     print("leapfrog steps per draw", float(np.mean(r.sample_stats["num_grad_evals"])))
 
 
+def probe(target_name: str, draws: int = 40) -> None:
+    """One chain of rank-8 Fisher NUTS after the race's warm-up, a few draws: the cost of a
+    gradient, the warm-up's seconds and the gradients per draw (the tree's size), which
+    say how long a cell would take before running one."""
+    import fisher_mala as fm
+
+    target = TARGETS[target_name]()
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    positions = jax.random.normal(key_init, (1, target.dim), jnp.float64) * 0.1
+    gradient = jax.jit(jax.value_and_grad(target.logdensity_fn))
+    jax.block_until_ready(gradient(positions[0]))
+    start = time.perf_counter()
+    for _ in range(20):
+        jax.block_until_ready(gradient(positions[0]))
+    seconds = (time.perf_counter() - start) / 20
+    r = fm.sample(key_run, "fisher_nuts", target.logdensity_fn, positions,
+                  num_warmup=FISHER_WARMUP, num_samples=draws, metric="dense",
+                  stopping_rule=False, diagnose=False, rank=8)  # fmt: skip
+    steps = np.asarray(r.sample_stats["num_grad_evals"])
+    print(f"{target_name}: d = {target.dim}, a gradient {seconds * 1e3:.2f} ms, warm-up "
+          f"{r.warmup_seconds:.1f} s, gradients per draw {steps.mean():.1f} (max {steps.max()}), "
+          f"step {float(np.asarray(r.parameters.step_size).ravel()[0]):.3g}")  # fmt: skip
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true")
@@ -281,7 +306,13 @@ def main(argv=None) -> None:
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
     parser.add_argument("--inspect", metavar="TARGET",
                         help="one rank-8 run: how well its R whitens the posterior")  # fmt: skip
+    parser.add_argument("--probe", metavar="TARGET",
+                        help="one chain, 40 draws: how long a cell would take")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.probe:
+        with jax.enable_x64(True):
+            probe(args.probe)
+        return
     if args.inspect:
         with jax.enable_x64(True):
             inspect(args.inspect)
