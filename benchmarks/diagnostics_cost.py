@@ -18,8 +18,9 @@ written to ``benchmarks/results/diagnostics_cost.md``, which the reliability pag
 shapes with the library's vectorized NumPy code (one estimator at a time, and the one pass
 of :mod:`fisher_mala.convergence_pass` that ``fm.diagnose`` runs, in blocks within its
 working memory), ArviZ's NumPy backend (per coordinate)
-and ArviZ's numba backend (``arviz_stats.numba``, where numba is installed: it comes with
-PyMC, not with the library), the first call of each excluded (numba compiles then).
+and ArviZ's numba backend (``arviz_stats.numba``, where numba and einops are installed:
+the bench extra brings them, not the library), the first call of each excluded (numba
+compiles then).
 """
 
 import argparse

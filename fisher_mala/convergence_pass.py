@@ -82,7 +82,7 @@ def _sort_row(row: np.ndarray):
         keys.sort()
         halves = keys.view(np.uint32).reshape(-1, 2)  # little-endian: (index, value bits)
         index, value = (0, 1) if np.little_endian else (1, 0)
-        order = halves[:, index].copy()
+        order = halves[:, index].astype(np.intp)  # scatters by intp indices run faster
         high = halves[:, value]
         bits = ~high  # the draw's bits: undo the flips
         flip = high >> 31
@@ -221,9 +221,12 @@ def _group_ess(mean_power, size, n, chain_means, lows, highs):
     # Geyer's sum looks one pair past the first non-positive pair sum: a margin of 4 lags
     # inside the exact ones leaves it the same as with every lag (its limit included).
     complete = (known == n) | constant | (stops + 4 <= known - 1)
-    value = np.full(rho.shape[0], np.nan)
-    if complete.any():
-        value[complete] = convergence._geyer(rho[complete], total, False)
+    if complete.all():  # no copy of the autocorrelations
+        value = convergence._geyer(rho, total, False)
+    else:
+        value = np.full(rho.shape[0], np.nan)
+        if complete.any():
+            value[complete] = convergence._geyer(rho[complete], total, False)
     value = np.where(constant, float(total), value)
     return value, complete, int(np.max(np.where(complete, stops, 0), initial=0))
 
