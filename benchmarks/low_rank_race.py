@@ -5,6 +5,7 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
     python -m benchmarks.low_rank_race --render        # the table only
     python -m benchmarks.low_rank_race --inspect latent_gp_poisson   # how R whitens it
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k   # a cell's cost
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --seed 1  # another chain
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -275,14 +276,15 @@ def inspect(target_name: str) -> None:
     print("leapfrog steps per draw", float(np.mean(r.sample_stats["num_grad_evals"])))
 
 
-def probe(target_name: str, draws: int = 40) -> None:
+def probe(target_name: str, draws: int = 40, seed: int = 0) -> None:
     """One chain of rank-8 Fisher NUTS after the race's warm-up, a few draws: the cost of a
     gradient, the warm-up's seconds and the gradients per draw (the tree's size), which
-    say how long a cell would take before running one."""
+    say how long a cell would take before running one. ``seed`` 0 is the race's first
+    chain's start and key; others are other chains."""
     import fisher_mala as fm
 
     target = TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(0))
+    key_init, key_run = jax.random.split(jax.random.key(seed))
     positions = jax.random.normal(key_init, (1, target.dim), jnp.float64) * 0.1
     gradient = jax.jit(jax.value_and_grad(target.logdensity_fn))
     jax.block_until_ready(gradient(positions[0]))
@@ -294,8 +296,9 @@ def probe(target_name: str, draws: int = 40) -> None:
                   num_warmup=FISHER_WARMUP, num_samples=draws, metric="dense",
                   stopping_rule=False, diagnose=False, rank=8)  # fmt: skip
     steps = np.asarray(r.sample_stats["num_grad_evals"])
-    print(f"{target_name}: d = {target.dim}, a gradient {seconds * 1e3:.2f} ms, warm-up "
-          f"{r.warmup_seconds:.1f} s, gradients per draw {steps.mean():.1f} (max {steps.max()}), "
+    print(f"{target_name} (seed {seed}): d = {target.dim}, a gradient {seconds * 1e3:.2f} ms, "
+          f"warm-up {r.warmup_seconds:.1f} s, gradients per draw {steps.mean():.1f} (median "
+          f"{np.median(steps):.0f}, max {steps.max()}), "
           f"step {float(np.asarray(r.parameters.step_size).ravel()[0]):.3g}")  # fmt: skip
 
 
@@ -308,10 +311,12 @@ def main(argv=None) -> None:
                         help="one rank-8 run: how well its R whitens the posterior")  # fmt: skip
     parser.add_argument("--probe", metavar="TARGET",
                         help="one chain, 40 draws: how long a cell would take")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0,
+                        help="--probe: the start and key (0: the race's first chain)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.probe:
         with jax.enable_x64(True):
-            probe(args.probe)
+            probe(args.probe, seed=args.seed)
         return
     if args.inspect:
         with jax.enable_x64(True):
