@@ -221,12 +221,11 @@ def _group_ess(mean_power, size, n, chain_means, lows, highs):
     # Geyer's sum looks one pair past the first non-positive pair sum: a margin of 4 lags
     # inside the exact ones leaves it the same as with every lag (its limit included).
     complete = (known == n) | constant | (stops + 4 <= known - 1)
+    value = np.full(rho.shape[0], np.nan)
     if complete.all():  # no copy of the autocorrelations
         value = convergence._geyer(rho, total, False)
-    else:
-        value = np.full(rho.shape[0], np.nan)
-        if complete.any():
-            value[complete] = convergence._geyer(rho[complete], total, False)
+    elif complete.any():
+        value[complete] = convergence._geyer(rho[complete], total, False)
     value = np.where(constant, float(total), value)
     return value, complete, int(np.max(np.where(complete, stops, 0), initial=0))
 
