@@ -42,6 +42,8 @@ __all__ = [
     "moments_init",
     "moments_update",
     "widen",
+    "widen_on_host",
+    "widened_root",
     "geometric_mean",
 ]
 
@@ -115,42 +117,73 @@ def moments_update(moments: Moments, state) -> Moments:
     )
 
 
-def _sqrt_and_inverse(cov):
+def _sqrt_and_inverse(cov, xp=jnp):
     """``(C^{1/2}, C^{-1/2})`` of a symmetric positive semi-definite ``C`` (eigenvalues
-    floored at a tiny fraction of the largest)."""
-    w, v = jnp.linalg.eigh(cov)
-    w = jnp.maximum(w, jnp.finfo(cov.dtype).eps * jnp.max(w))
-    root = jnp.sqrt(w)
+    floored at a tiny fraction of the largest); ``xp``: ``jax.numpy`` or ``numpy``."""
+    w, v = xp.linalg.eigh(cov)
+    w = xp.maximum(w, xp.finfo(cov.dtype).eps * xp.max(w))
+    root = xp.sqrt(w)
     return (v * root) @ v.T, (v / root) @ v.T
 
 
-def geometric_mean(cov_z, cov_g):
+def geometric_mean(cov_z, cov_g, xp=jnp):
     """The symmetric positive definite ``M`` with ``M C_g M = C_z``:
     ``C_g^{-1/2} (C_g^{1/2} C_z C_g^{1/2})^{1/2} C_g^{-1/2}`` (the geometric mean of
     ``C_z`` and ``C_g^{-1}``). For draws of a Gaussian (gradients ``-B z``), ``B^{-1}``
     itself, from any ``n > d`` distinct draws."""
-    root_g, inverse_root_g = _sqrt_and_inverse(cov_g)
-    middle, _ = _sqrt_and_inverse(root_g @ cov_z @ root_g)
+    root_g, inverse_root_g = _sqrt_and_inverse(cov_g, xp)
+    middle, _ = _sqrt_and_inverse(root_g @ cov_z @ root_g, xp)
     return inverse_root_g @ middle @ inverse_root_g
 
 
-def _multipliers(ratio, allowed):
+def _multipliers(ratio, allowed, xp=jnp):
     """``sqrt(ratio) - 1`` where ``ratio`` exceeds the threshold and ``allowed``, else 0
     (NaN: 0)."""
     widened = (ratio > WIDENING_THRESHOLD) & allowed
-    return jnp.where(widened, jnp.sqrt(jnp.where(widened, ratio, 1.0)) - 1.0, 0.0)
+    return xp.where(widened, xp.sqrt(xp.where(widened, ratio, 1.0)) - 1.0, 0.0)
 
 
-def gradient_kurtosis_ratio(moments: Moments, count):
+def gradient_kurtosis_ratio(moments: Moments, count, xp=jnp):
     """``E|R^T g|^4 / (E|R^T g|^2)^2`` over the draws, against its value for Gaussian
     gradients of the same second moments ``S`` (``1 + 2 tr(S^2) / tr(S)^2``): near 1
     where the curvature is about the same everywhere, far above where the gradient's size
     varies by orders of magnitude across the draws (a funnel's neck against its mouth)."""
-    n = jnp.asarray(count, moments.sum_gg.dtype)
+    n = xp.asarray(count, moments.sum_gg.dtype)
     second = moments.sum_gg / n
-    trace = jnp.trace(second)
+    trace = xp.trace(second)
     kurtosis = moments.sum_q2 / n / trace**2
-    return kurtosis / (1.0 + 2.0 * jnp.sum(second**2) / trace**2)
+    return kurtosis / (1.0 + 2.0 * xp.sum(second**2) / trace**2)
+
+
+def widened_root(r, whitened_grad, moments: Moments, count, xp=jnp):
+    """``(R', R'^T g, factor)``: ``R`` (dense, or a :class:`DiagonalSqrt`) widened along
+    the directions where the draws' geometric-mean covariance exceeds the Fisher scale
+    (module docstring), the whitened gradient with it, and the largest variance factor
+    applied (1 for none). ``count``: the draws summed; ``xp``: ``jax.numpy``, or
+    ``numpy`` on the host (:func:`widen_on_host`)."""
+    n = xp.asarray(count, moments.sum_x.dtype)
+    dim = moments.sum_x.shape[-1]
+    mean_x, mean_g = moments.sum_x / n, moments.sum_g / n
+    cov_x = moments.sum_xx / n - xp.outer(mean_x, mean_x)
+    cov_g = moments.sum_gg / n - xp.outer(mean_g, mean_g)
+    fisher_scale = dim * n / xp.trace(moments.sum_gg)  # d / E|R^T g|^2, as `normalize`
+    allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
+    if isinstance(r, DiagonalSqrt):  # one direction per coordinate
+        ratio = xp.sqrt(xp.diag(cov_x) / r.scale**2 / xp.diag(cov_g)) / fisher_scale
+        factor = 1.0 + _multipliers(ratio, allowed, xp)
+        return DiagonalSqrt(r.scale * factor), whitened_grad * factor, xp.max(factor) ** 2
+    cov_z = xp.linalg.solve(r, xp.linalg.solve(r, cov_x).T)  # R^{-1} C_x R^{-T}
+    mean = geometric_mean(0.5 * (cov_z + cov_z.T), cov_g, xp)
+    mu, vectors = xp.linalg.eigh(0.5 * (mean + mean.T))
+    vectors = xp.where(xp.isfinite(vectors), vectors, 0.0)
+    m = _multipliers(mu / fisher_scale, allowed, xp)
+    # R (I + V diag(m) V^T), and (I + V diag(m) V^T) R^T g: exactly R and R^T g when m = 0
+    widened = r + ((r @ vectors) * m) @ vectors.T
+    return (
+        widened,
+        whitened_grad + vectors @ (m * (vectors.T @ whitened_grad)),
+        (1.0 + xp.max(m)) ** 2,
+    )
 
 
 def widen(state, moments: Moments, count):
@@ -158,30 +191,33 @@ def widen(state, moments: Moments, count):
     draws' geometric-mean covariance exceeds the Fisher scale (module docstring), its
     whitened gradient with it; ``widened`` the largest variance factor applied (1 for
     none). ``count``: the draws summed."""
-    n = jnp.asarray(count, moments.sum_x.dtype)
-    dim = moments.sum_x.shape[-1]
-    mean_x, mean_g = moments.sum_x / n, moments.sum_g / n
-    cov_x = moments.sum_xx / n - jnp.outer(mean_x, mean_x)
-    cov_g = moments.sum_gg / n - jnp.outer(mean_g, mean_g)
-    fisher_scale = dim * n / jnp.trace(moments.sum_gg)  # d / E|R^T g|^2, as `normalize`
-    allowed = gradient_kurtosis_ratio(moments, count) <= WIDENING_MAX_KURTOSIS_RATIO
-    r = state.sqrt_precond
-    if isinstance(r, DiagonalSqrt):  # one direction per coordinate
-        ratio = jnp.sqrt(jnp.diag(cov_x) / r.scale**2 / jnp.diag(cov_g)) / fisher_scale
-        factor = 1.0 + _multipliers(ratio, allowed)
-        state = state._replace(
-            sqrt_precond=DiagonalSqrt(r.scale * factor),
-            whitened_grad=state.whitened_grad * factor,
-        )
-        return state, jnp.max(factor) ** 2
-    cov_z = jnp.linalg.solve(r, jnp.linalg.solve(r, cov_x).T)  # R^{-1} C_x R^{-T}
-    mean = geometric_mean(0.5 * (cov_z + cov_z.T), cov_g)
-    mu, vectors = jnp.linalg.eigh(0.5 * (mean + mean.T))
-    vectors = jnp.where(jnp.isfinite(vectors), vectors, 0.0)
-    m = _multipliers(mu / fisher_scale, allowed)
-    # R (I + V diag(m) V^T), and (I + V diag(m) V^T) R^T g: exactly R and R^T g when m = 0
-    state = state._replace(
-        sqrt_precond=r + ((r @ vectors) * m) @ vectors.T,
-        whitened_grad=state.whitened_grad + vectors @ (m * (vectors.T @ state.whitened_grad)),
+    r, grad, factor = widened_root(state.sqrt_precond, state.whitened_grad, moments, count)
+    return state._replace(sqrt_precond=r, whitened_grad=grad), factor
+
+
+def widen_on_host(state, moments: Moments, count):
+    """:func:`widen` computed by NumPy in a host callback (``jax.pure_callback``): the same
+    steps, on arrays of ``d x d`` at most, once per chain, and no compiled code of its
+    own in the calling program. For drivers that compile the step-size phase's
+    transition anew for every chain (NumPyro's ``MCMC`` with ``chain_method=
+    "sequential"``), where the compiled widening (three eigendecompositions, two solves)
+    would be compiled again each time."""
+    import numpy as np
+
+    r, grad = state.sqrt_precond, state.whitened_grad
+    dtype = grad.dtype
+    shapes = (
+        jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), r),
+        jax.ShapeDtypeStruct(grad.shape, dtype),
+        jax.ShapeDtypeStruct((), dtype),
     )
-    return state, (1.0 + jnp.max(m)) ** 2
+
+    def host(r, grad, moments, count):
+        r, grad, moments = jax.tree.map(np.asarray, (r, grad, moments))
+        out = widened_root(r, grad, moments, int(count), np)
+        return jax.tree.map(lambda a, s: np.asarray(a, s.dtype), out, shapes)
+
+    r, grad, factor = jax.pure_callback(
+        host, shapes, r, grad, moments, count, vmap_method="sequential"
+    )
+    return state._replace(sqrt_precond=r, whitened_grad=grad), factor

@@ -125,15 +125,16 @@ def _sums(state):
     return jnp.sum(state.whitened_grad**2), jnp.ones((), state.whitened_grad.dtype)
 
 
-def widen_and_restart(tuning, state, da, sums, moments):
-    """``(state, dual-averaging state, sums)`` after :func:`~fisher_mala.geometric_widening.
-    widen` on the draws summed in ``moments``: where ``R`` was widened, the dual averaging
-    restarts from its averaged step so far (shrunk by the fourth root of the largest
-    variance factor) and the sums of ``|R^T g|^2`` from the widened state; elsewhere all
-    three are unchanged, bit for bit."""
+def widen_and_restart(tuning, state, da, sums, moments, widen=geometric_widening.widen):
+    """``(state, dual-averaging state, sums)`` after ``widen``
+    (:func:`~fisher_mala.geometric_widening.widen` or its host twin ``widen_on_host``) on
+    the draws summed in ``moments``: where ``R`` was widened, the dual averaging restarts
+    from its averaged step so far (shrunk by the fourth root of the largest variance
+    factor) and the sums of ``|R^T g|^2`` from the widened state; elsewhere all three are
+    unchanged, bit for bit."""
     da_init, _, da_final = tuning.dual_averaging
     num = jnp.maximum(sums[1] - 1, 1)  # the draws summed: the states before this one
-    widened_state, factor = geometric_widening.widen(state, moments, num)
+    widened_state, factor = widen(state, moments, num)
     widened = factor > 1.0
     step = jnp.asarray(da_final(da), state.whitened_grad.dtype) / factor**0.25
     restart = (widened_state, da_init(step), _sums(widened_state))
@@ -163,7 +164,9 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
     return carry[0], carry[1], info, carry[2:4], moments
 
 
-def _step_size_phase(tuning, state, num_steps, prior_weight, widening=False) -> Phase:
+def _step_size_phase(
+    tuning, state, num_steps, prior_weight, widening=False, widen=geometric_widening.widen
+) -> Phase:
     """The :class:`~fisher_mala.schedule.Phase` of :func:`_dual_averaging`: its state is
     ``(kernel state, dual-averaging state, sum of |R^T g|^2, count)``, and with
     ``widening`` the draws' :class:`~fisher_mala.geometric_widening.Moments` and the
@@ -212,11 +215,11 @@ def _step_size_phase(tuning, state, num_steps, prior_weight, widening=False) -> 
 
         moments = jax.lax.cond(iteration < at, add, lambda m: m, moments)
 
-        def widen(parts):
-            return widen_and_restart(tuning, *parts, moments)
+        def widened(parts):
+            return widen_and_restart(tuning, *parts, moments, widen)
 
         parts = (state, da, (sum_sq, count))
-        state, da, (sum_sq, count) = jax.lax.cond(iteration == at, widen, lambda p: p, parts)
+        state, da, (sum_sq, count) = jax.lax.cond(iteration == at, widened, lambda p: p, parts)
         return state, da, sum_sq, count, moments, at
 
     if not widening:

@@ -37,6 +37,7 @@ from fisher_mala.adaptations.step_size import (
     RobbinsMonroState,
     robbins_monro,
 )
+from fisher_mala.geometric_widening import widen_on_host
 from fisher_mala.leapfrog_tuning import _step_size_phase, normalize, tuning_start
 from fisher_mala.schedule import Phase, step_at
 from fisher_mala.warmups import _initial_state_and_step
@@ -766,7 +767,11 @@ class FisherNUTSKernel(MCMCKernel):
         hmc_state, da, moments = state.hmc_state, carry.dual_averaging, carry.moments
         sum_sq, count = carry.sum_sq, carry.count
         if moments is not None:  # the draws' sums, and the widening where due
-            phase = _step_size_phase(tuning, hmc_state, num_tune, None, widening=True)
+            # NumPyro compiles this transition anew for every chain: the widening's
+            # linear algebra runs on the host, compiled nowhere
+            phase = _step_size_phase(
+                tuning, hmc_state, num_tune, None, widening=True, widen=widen_on_host
+            )
             inner = (hmc_state, da, sum_sq, count, moments, carry.widen_iteration)
             hmc_state, da, sum_sq, count, moments, _ = phase.before_step(inner, i)
         dtype = hmc_state.whitened_grad.dtype

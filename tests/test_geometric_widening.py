@@ -102,6 +102,51 @@ def test_the_diagonal_metric_is_widened_coordinate_by_coordinate():
         assert ratio[0] > gw.WIDENING_THRESHOLD and float(factor) == pytest.approx(ratio[0])
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_the_host_widening_equals_the_compiled_one_under_jit_and_vmap(dtype, diagonal):
+    with jax.enable_x64(dtype == "float64"):
+        rng = np.random.default_rng(4)
+        d, n, chains = 4, 40, 3
+        u = np.linalg.qr(rng.normal(size=(d, d)))[0]
+        whitened_cov = (u * np.array([9.0, 1.0, 1.0, 1.0])) @ u.T  # one direction past
+        r = np.linalg.qr(rng.normal(size=(d, d)))[0] @ np.diag([0.5, 1.0, 1.5, 2.0])
+        sqrt = DiagonalSqrt(jnp.asarray(np.diag(r) ** 2 + 0.5, dtype)) if diagonal else None
+        states, all_moments = [], []
+        for c in range(chains):  # chains with different draws (one not widened: c = 2)
+            cov = whitened_cov if c < 2 else np.eye(d)
+            z = rng.normal(size=(n, d)) @ np.linalg.cholesky(cov).T
+            gz = -z @ np.linalg.inv(cov)
+            root = sqrt if diagonal else jnp.asarray(r, dtype)
+            x = (z * np.asarray(sqrt.scale) if diagonal else z @ r.T) + 2.0
+            cast = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+            all_moments.append(_summed(cast(x), cast(gz), root))
+            states.append(FisherHMCState(cast(x[-1]), cast(0.0), cast(gz[-1]), root))
+        for state, moments in zip(states, all_moments, strict=True):
+            on_device, factor = gw.widen(state, moments, n)
+            on_host, host_factor = jax.jit(gw.widen_on_host)(state, moments, n)
+            tolerance = 1e-10 if dtype == "float64" else 2e-4
+            for a, b in zip(jax.tree.leaves((on_device, factor)),
+                            jax.tree.leaves((on_host, host_factor)), strict=True):  # fmt: skip
+                assert a.dtype == b.dtype
+                np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=tolerance,
+                                           atol=tolerance)  # fmt: skip
+        # chains of a vmapped run: one host call per chain, each its own widening
+        batched = jax.tree.map(lambda *a: jnp.stack(a), *states)
+        batched_moments = jax.tree.map(lambda *a: jnp.stack(a), *all_moments)
+        widened, factors = jax.jit(jax.vmap(gw.widen_on_host, in_axes=(0, 0, None)))(
+            batched, batched_moments, n
+        )
+        for c in range(chains):
+            expected, factor = gw.widen(states[c], all_moments[c], n)
+            assert float(factors[c]) == pytest.approx(float(factor), rel=1e-4)
+            np.testing.assert_allclose(
+                np.asarray(jax.tree.leaves(widened.sqrt_precond)[0][c]),
+                np.asarray(jax.tree.leaves(expected.sqrt_precond)[0]), rtol=2e-4, atol=2e-4,
+            )  # fmt: skip
+        assert float(factors[2]) == 1.0 < float(factors[0])
+
+
 def test_the_gradient_kurtosis_ratio_equals_its_formula_and_holds_back_a_funnel():
     with jax.enable_x64(True):
         rng = np.random.default_rng(5)
@@ -114,8 +159,8 @@ def test_the_gradient_kurtosis_ratio_equals_its_formula_and_holds_back_a_funnel(
         moments = _summed(jnp.asarray(z), jnp.asarray(gz), r)
         second = gz.T @ gz / n
         q = np.sum(gz**2, axis=1)
-        expected = np.mean(q**2) / np.mean(q) ** 2 / (
-            1 + 2 * np.sum(second**2) / np.trace(second) ** 2
+        expected = (
+            np.mean(q**2) / np.mean(q) ** 2 / (1 + 2 * np.sum(second**2) / np.trace(second) ** 2)
         )
         ratio = float(gw.gradient_kurtosis_ratio(moments, n))
         assert ratio == pytest.approx(expected, rel=1e-12)
