@@ -205,19 +205,49 @@ def widen_on_host(state, moments: Moments, count):
     import numpy as np
 
     r, grad = state.sqrt_precond, state.whitened_grad
-    dtype = grad.dtype
-    shapes = (
-        jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), r),
-        jax.ShapeDtypeStruct(grad.shape, dtype),
-        jax.ShapeDtypeStruct((), dtype),
-    )
+    arguments = (r, grad, moments, jnp.asarray(count))
+    argument_shapes = jax.tree.map(_shape_of, arguments)
+    shapes = jax.tree.map(_shape_of, (r, grad, jnp.zeros((), grad.dtype)))
 
-    def host(r, grad, moments, count):
-        r, grad, moments = jax.tree.map(np.asarray, (r, grad, moments))
+    def host(raw):
+        r, grad, moments, count = jax.tree.map(_from_bytes, raw, argument_shapes)
         out = widened_root(r, grad, moments, int(count), np)
-        return jax.tree.map(lambda a, s: np.asarray(a, s.dtype), out, shapes)
+        return jax.tree.map(_as_bytes, out, shapes)
 
-    r, grad, factor = jax.pure_callback(
-        host, shapes, r, grad, moments, count, vmap_method="sequential"
+    # as bytes both ways: JAX casts what a callback takes and gives by the x64 setting of
+    # the thread it runs on, which under `with jax.enable_x64(True)` need not be the
+    # caller's (NumPyro's loop runs it on another: float64 would arrive as float32)
+    raw = jax.tree.map(_to_bytes, arguments)
+    out = jax.pure_callback(host, jax.tree.map(_byte_shape, shapes), raw, vmap_method="sequential")
+    r, grad, factor = jax.tree.map(
+        lambda b, s: jax.lax.bitcast_convert_type(b, s.dtype), out, shapes
     )
     return state._replace(sqrt_precond=r, whitened_grad=grad), factor
+
+
+def _shape_of(value) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(jnp.shape(value), jnp.result_type(value))
+
+
+def _byte_shape(shape: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct((*shape.shape, shape.dtype.itemsize), jnp.uint8)
+
+
+def _to_bytes(value):
+    """``value`` as its bytes (a trailing axis of ``itemsize`` uint8), in the program."""
+    return jax.lax.bitcast_convert_type(value, jnp.uint8)
+
+
+def _from_bytes(raw, shape: jax.ShapeDtypeStruct):
+    """The NumPy array whose bytes ``raw`` holds (on the host)."""
+    import numpy as np
+
+    return np.ascontiguousarray(raw, np.uint8).view(shape.dtype).reshape(shape.shape)
+
+
+def _as_bytes(value, shape: jax.ShapeDtypeStruct):
+    """A NumPy array of ``shape`` as its bytes (on the host)."""
+    import numpy as np
+
+    flat = np.asarray(value, shape.dtype).reshape(-1)
+    return flat.view(np.uint8).reshape(*shape.shape, shape.dtype.itemsize)

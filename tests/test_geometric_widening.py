@@ -147,6 +147,35 @@ def test_the_host_widening_equals_the_compiled_one_under_jit_and_vmap(dtype, dia
         assert float(factors[2]) == 1.0 < float(factors[0])
 
 
+def test_the_host_widening_keeps_float64_on_a_thread_without_x64():
+    """NumPyro's loop runs the callback on another thread, where ``with
+    jax.enable_x64(True)`` does not hold: the widening must still be computed in float64."""
+    import threading
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(5)
+        d, n = 3, 30
+        z = rng.normal(size=(n, d)) * np.array([4.0, 1.0, 1.0])
+        g = -z / np.array([16.0, 1.0, 1.0])
+        moments = _summed(jnp.asarray(z), jnp.asarray(g), jnp.eye(d))
+        state = FisherHMCState(jnp.asarray(z[-1]), jnp.asarray(0.0), jnp.asarray(g[-1]),
+                               jnp.eye(d))  # fmt: skip
+        count = jnp.asarray(n)
+        compiled = jax.jit(gw.widen_on_host).lower(state, moments, count).compile()
+        expected, factor = gw.widen(state, moments, n)
+    out = []
+    worker = threading.Thread(target=lambda: out.append(compiled(state, moments, count)))
+    worker.start()
+    worker.join()
+    widened, host_factor = out[0]
+    assert widened.sqrt_precond.dtype == jnp.float64 and float(factor) > 2.0
+    np.testing.assert_allclose(float(host_factor), float(factor), rtol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(widened.sqrt_precond), np.asarray(expected.sqrt_precond), rtol=1e-12,
+        atol=1e-14,
+    )  # fmt: skip
+
+
 def test_the_gradient_kurtosis_ratio_equals_its_formula_and_holds_back_a_funnel():
     with jax.enable_x64(True):
         rng = np.random.default_rng(5)
