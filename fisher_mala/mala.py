@@ -137,14 +137,24 @@ def take_move(state, after: MALAState):
     )
 
 
-def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond=None) -> MALAState:
-    """Create the initial :class:`MALAState` (validates the inputs first)."""
+def init(
+    position: ArrayTree, logdensity_fn: Callable, sqrt_precond=None, evaluated=None
+) -> MALAState:
+    """Create the initial :class:`MALAState` (validates the inputs first).
+
+    ``evaluated``: ``(log pi(position), its gradient)`` where the caller has them (NumPyro
+    finds its initial point with both, checked finite); they are then not evaluated, nor
+    compiled, again.
+    """
     validation.check_position(position)
-    validation.check_logdensity(logdensity_fn, position)
+    validation.check_logdensity(logdensity_fn, position, evaluate=evaluated is None)
     if sqrt_precond is not None and not isinstance(sqrt_precond, square_roots.STRUCTURED):
         sqrt_precond = jnp.asarray(sqrt_precond)
         validation.check_sqrt_precond(sqrt_precond, ravel(position).shape[0])
-    logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+    if evaluated is None:
+        logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+    else:
+        logdensity, grad = evaluated
     return state_from(position, logdensity, grad, sqrt_precond)
 
 

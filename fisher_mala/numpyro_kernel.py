@@ -79,11 +79,13 @@ def _arguments_key(model_args, model_kwargs):
 
 def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     """The kernel's model through ``initialize_model`` (sets its potential and
-    postprocess functions); returns the unconstrained initial position."""
+    postprocess functions); returns the unconstrained initial position and ``(log pi,
+    its gradient)`` there as NumPyro found them (checked finite), or None for the user's
+    ``init_params`` (then the warm-up evaluates them)."""
     if kernel._model is None:
         if init_params is None:
             raise ValueError("`init_params` is needed with `potential_fn`.")
-        return _checked_init_params(kernel, init_params, init_params)
+        return _checked_init_params(kernel, init_params, init_params), None
 
     def initialize(keys):
         return initialize_model(
@@ -103,20 +105,19 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     cached = getattr(kernel, "_initializations", {}).get(cache_key)
     concrete = validation.is_concrete((rng_key, model_args, model_kwargs))
     if cached is None or not concrete:
-        params, potential_gen, kernel._postprocess_fn, _ = initialize(rng_key[None])
+        found, potential_gen, kernel._postprocess_fn, _ = initialize(rng_key[None])
         kernel._potential_fn = potential_gen(*model_args, **(model_kwargs or {}))
-        found = params[0]
         if concrete and cache_key is not None:  # not under NumPyro's jit / pmap / vmap
-            finder = jax.jit(lambda keys: initialize(keys).param_info.z)
+            finder = jax.jit(lambda keys: initialize(keys).param_info)
             kept = (model_args, model_kwargs, kernel._potential_fn, kernel._postprocess_fn)
             kernel._initializations = {cache_key: (*kept, finder)}
     else:
         _, _, kernel._potential_fn, kernel._postprocess_fn, finder = cached
         found = finder(rng_key[None])
-    found = jax.tree.map(lambda x: x[0], found)
-    if init_params is None:
-        return found
-    return _checked_init_params(kernel, init_params, found)
+    z, potential_energy, z_grad = jax.tree.map(lambda x: x[0], tuple(found))
+    if init_params is None:  # log pi = -potential energy: its value and gradient negated
+        return z, (-potential_energy, jax.tree.map(jnp.negative, z_grad))
+    return _checked_init_params(kernel, init_params, z), None
 
 
 #: Adaptive Fisher iterations per unconstrained dimension below which the NumPyro kernels
@@ -315,7 +316,7 @@ class FisherMALAKernel(MCMCKernel):
             )
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_search = jax.random.split(rng_key, 3)
-        init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
+        init_params, evaluated = _initialize(self, key_model, init_params, model_args, model_kwargs)
         _warn_short_fisher_phase(self, init_params)
         # the step-size search and the initial state, compiled once for the chains of a
         # run and for later runs with the same data (see `_arguments_key`)
@@ -323,7 +324,7 @@ class FisherMALAKernel(MCMCKernel):
         if cache_key is None or cache_key not in self._compiled_starts:
             start = jax.jit(partial(self._start, potential_fn=self._potential_fn))
             self._compiled_starts = {cache_key: (model_args, model_kwargs, start)}
-        fisher_state = self._compiled_starts[cache_key][2](key_search, init_params)
+        fisher_state = self._compiled_starts[cache_key][2](key_search, init_params, evaluated)
         zero = jnp.zeros((), fisher_state.logdensity.dtype)
         return FisherMALAKernelState(
             jnp.zeros((), jnp.int32),
@@ -335,13 +336,14 @@ class FisherMALAKernel(MCMCKernel):
             rng_key,
         )
 
-    def _start(self, rng_key, params, potential_fn):
+    def _start(self, rng_key, params, evaluated, potential_fn):
         """The chain's initial FisherMALA state at ``params``: ``sigma^2`` searched from
         the given one (``find_step_size``; it reuses the gradient at ``params``, as the
-        warm-ups of ``fm.sample`` do), ``R_0 = I / sqrt(lambda)``."""
+        warm-ups of ``fm.sample`` do), ``R_0 = I / sqrt(lambda)``. ``evaluated``: the log
+        density and its gradient at ``params`` as NumPyro found them, or None."""
         state, found = _initial_state_and_step(
             rng_key, params, lambda z: -potential_fn(z), self._step_size,
-            self._find_step_size, self._target,
+            self._find_step_size, self._target, evaluated,
         )  # fmt: skip
         return fisher.state_from(
             state.position, state.logdensity, state.logdensity_grad, found.step_size,
@@ -414,7 +416,7 @@ class FisherMALAKernel(MCMCKernel):
         self._build_kernels()
 
 
-def _fisher_phase(warmup, rng_key, params, num_steps: int):
+def _fisher_phase(warmup, rng_key, params, num_steps: int, evaluated=None):
     """The Fisher phase of ``warmup`` (a :class:`~fisher_mala.whitened_warmup.
     FisherHMCWarmup` of ``num_steps`` iterations) for one chain, and the
     :class:`~fisher_mala.leapfrog_tuning.TuningCarry` its step-size phase starts from
@@ -422,6 +424,8 @@ def _fisher_phase(warmup, rng_key, params, num_steps: int):
     runs)."""
 
     def call(method, argument, *extra):
+        if method == "fisher_stage":  # NumPyro's value and gradient at the start: reused
+            return warmup.fisher_stage(rng_key, argument, num_steps, None, evaluated)
         if method != "tuning_stage":
             return getattr(warmup, method)(rng_key, argument, num_steps, None, *extra)
         (fisher_state, _), fisher_info = argument
@@ -708,7 +712,7 @@ class FisherNUTSKernel(MCMCKernel):
             raise ValueError(f"FisherNUTSKernel needs num_warmup >= 10, got {num_warmup}.")
         self._num_warmup = int(num_warmup)
         rng_key, key_model, key_warmup = jax.random.split(rng_key, 3)
-        init_params = _initialize(self, key_model, init_params, model_args, model_kwargs)
+        init_params, evaluated = _initialize(self, key_model, init_params, model_args, model_kwargs)
         # compiled once for the chains of a run and for later runs with the same data (the
         # arguments are kept with it: see `_arguments_key`)
         _warn_short_fisher_phase(self, init_params)
@@ -716,10 +720,10 @@ class FisherNUTSKernel(MCMCKernel):
         if cache_key[1] is None or cache_key not in self._compiled_warmups:
             warmup = self._warmup(lambda z, potential=self._potential_fn: -potential(z))
             num = self._num_warmup
-            run = jax.jit(lambda key, params: _fisher_phase(warmup, key, params, num))
+            run = jax.jit(partial(_fisher_phase, warmup, num_steps=num))
             self._compiled_warmups = {cache_key: (model_args, model_kwargs, run)}
         run = self._compiled_warmups[cache_key][2]
-        carry = run(key_warmup, init_params)
+        carry = run(key_warmup, init_params, evaluated=evaluated)
         state = carry.state
         zero = jnp.zeros((), state.logdensity.dtype)
         return FisherNUTSKernelState(

@@ -285,14 +285,21 @@ def run_schedule(
     position,
     progress: ProgressBar | None = None,
     stop_after: int | None = None,
+    evaluated=None,
 ):
     """Run a warm-up: ``((state, parameters), info)``.
 
     With ``stop_after``, only the first ``stop_after`` iterations (at least all phases
     but the last); :func:`resume_schedule` runs more of the last phase, and the parts give
     the same chain as one run when ``stop_after`` ends a block of that phase.
+    ``evaluated``: ``(log pi(position), its gradient)`` where the caller has them, handed
+    to a start that takes them (the Langevin warm-ups'), so that the program evaluates
+    and compiles one gradient less.
     """
-    state, start = schedule.start(rng_key, position)
+    if evaluated is None:
+        state, start = schedule.start(rng_key, position)
+    else:
+        state, start = schedule.start(rng_key, position, evaluated)
     phases = schedule.phases
     total = sum(p.num_steps for p in phases)
     stop = total

@@ -113,15 +113,18 @@ class Warmup:
         attributes.setdefault("num_lead_steps", attributes.get("num_mala_steps", 0))
         self.__dict__.update(attributes)
 
-    def run(self, rng_key, position, num_steps: int, progress=None, stop_after=None):
+    def run(
+        self, rng_key, position, num_steps: int, progress=None, stop_after=None, evaluated=None
+    ):
         """``num_steps`` warm-up iterations: ``((state, parameters), info)``.
 
         With ``stop_after``, only the first ``stop_after`` of them; :meth:`resume` runs
         more of the last phase (the parts give the same chain as one run when
-        ``stop_after`` ends one of its blocks).
+        ``stop_after`` ends one of its blocks). ``evaluated``: the log density and its
+        gradient at ``position``, where the caller has them (see :func:`run_schedule`).
         """
         schedule = self.build(num_steps, position)
-        return run_schedule(schedule, rng_key, position, progress, stop_after)
+        return run_schedule(schedule, rng_key, position, progress, stop_after, evaluated)
 
     def check(self, num_steps: int, positions) -> None:
         """Build the schedule of a warm-up of ``num_steps`` eagerly, so that its options
@@ -179,8 +182,11 @@ def _check_trace_every(trace_every) -> None:
         raise ValueError(f"`trace_every` must be a positive integer, got {trace_every}.")
 
 
-def _initial_state_and_step(rng_key, position, logdensity_fn, initial_step_size, search, target):
-    state = mala.init(position, logdensity_fn)  # validates position and logdensity_fn
+def _initial_state_and_step(
+    rng_key, position, logdensity_fn, initial_step_size, search, target, evaluated=None
+):
+    # validates position and logdensity_fn; `evaluated`: see `mala.init`
+    state = mala.init(position, logdensity_fn, evaluated=evaluated)
     if not search:
         step = jnp.asarray(initial_step_size, ravel(position).dtype)
         return state, StepSizeSearch(step, jnp.zeros((), jnp.int32))
@@ -194,10 +200,11 @@ def _initial_state_and_step(rng_key, position, logdensity_fn, initial_step_size,
 def _searched_start(logdensity_fn, initial_step_size, find_step_size, target, key) -> Callable:
     """A start at the position with the searched ``sigma^2``: state ``(MALAState, sigma^2)``."""
 
-    def start(rng_key, position):
+    def start(rng_key, position, evaluated=None):
         state, found = _initial_state_and_step(
-            key(rng_key), position, logdensity_fn, initial_step_size, find_step_size, target
-        )
+            key(rng_key), position, logdensity_fn, initial_step_size, find_step_size, target,
+            evaluated,
+        )  # fmt: skip
         return (state, found.step_size), Start(found.step_size, found.num_grad_evals + 1)
 
     return start
@@ -249,8 +256,8 @@ def _scouting_phase(logdensity_fn, num_steps, target, key) -> Phase:
 def _scouting_start(start: Callable, target) -> Callable:
     """``start`` with empty secant sums and dual averaging from the searched step."""
 
-    def scouting(rng_key, position):
-        (state, step_size), info = start(rng_key, position)
+    def scouting(rng_key, position, evaluated=None):
+        (state, step_size), info = start(rng_key, position, evaluated)
         flat = ravel(position)
         sums = secant_scale().init(flat.shape[0], flat.dtype)
         return ((state, step_size), (sums, dual_averaging(target).init(step_size))), info

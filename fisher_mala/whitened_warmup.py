@@ -327,14 +327,17 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         needed = -(-PROBE_SIGNALS_PER_DIM * dim // signals_per_iteration)
         return min(lead + block * -(-needed // block), num_fisher)
 
-    def fisher_stage(self, rng_key, positions, num_steps: int, progress=None):
+    def fisher_stage(self, rng_key, positions, num_steps: int, progress=None, evaluated=None):
         """The (first part of the) Fisher phase: ``((state, parameters), info)``, of one
-        chain, or of all chains (one ``R``) when pooled."""
+        chain, or of all chains (one ``R``) when pooled. ``evaluated``: see
+        :func:`~fisher_mala.schedule.run_schedule` (one chain)."""
         num_fisher, _ = self.split(num_steps)
         key_fisher, _ = jax.random.split(rng_key)
         flat = jax.vmap(ravel)(positions) if self.pooled else ravel(positions)[None]
         first = self.first_fisher_iterations(num_fisher, flat.shape[-1], flat.shape[0])
-        return self.fisher.run(key_fisher, positions, num_fisher, progress, stop_after=first)
+        return self.fisher.run(
+            key_fisher, positions, num_fisher, progress, stop_after=first, evaluated=evaluated
+        )
 
     def fisher_resume(self, rng_key, carry, num_steps: int, progress=None, num_more=0):
         """``num_more`` more Fisher iterations after :meth:`fisher_stage` (``carry`` is its

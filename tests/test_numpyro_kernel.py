@@ -285,10 +285,18 @@ def test_the_kernels_start_where_numpyro_would_with_one_key():
     args, kwargs = (SIGMA,), {"y": Y}
     for seed in (0, 1, 2):
         key = jax.random.key(seed)
-        found = _initialize(kernel, key, None, args, kwargs)
+        found, (logdensity, grad) = _initialize(kernel, key, None, args, kwargs)
         expected = initialize_model(key, eight_schools, model_args=args, model_kwargs=kwargs)
         for site, value in expected.param_info.z.items():
             np.testing.assert_array_equal(np.asarray(found[site]), np.asarray(value))
+            # the value and gradient the warm-up starts from, as NumPyro found them
+            np.testing.assert_allclose(
+                np.asarray(grad[site]), -np.asarray(expected.param_info.z_grad[site]),
+                rtol=1e-5, atol=1e-6,
+            )  # fmt: skip
+        np.testing.assert_allclose(
+            float(logdensity), -float(expected.param_info.potential_energy), rtol=1e-6
+        )
     assert len(kernel._initializations) == 1
 
 

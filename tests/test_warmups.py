@@ -83,3 +83,31 @@ def test_restart_windows_reach_the_fixed_point_where_one_running_average_lags(x6
     assert whitened_condition_number() > 100.0
     assert whitened_condition_number(fast_start=True, restart_windows=fast.RESTART_WINDOWS,
                  step_size_learning_rate=fast.FISHER_STEP_SIZE_LEARNING_RATE) < 1.5  # fmt: skip
+
+
+def test_a_start_evaluated_by_the_caller_is_the_same_chain_with_one_gradient_less(x64):
+    """``evaluated`` (the log density and gradient at the start, as NumPyro's
+    ``initialize_model`` finds them) gives the chain of a start that evaluates them
+    itself, bit for bit, and a program with one evaluation of the log density and its
+    gradient less (counted by the ``tanh`` of this target's log density)."""
+    x0 = jnp.asarray([3.0, -2.0, 0.5])
+
+    def target(x):
+        return -0.5 * jnp.sum(x**2 / jnp.asarray([1.0, 4.0, 0.25])) + jnp.sum(jnp.tanh(x))
+
+    warmup = warmups.fisher_mala_warmup(target, fast_start=True, restart_windows=(25, 50))
+    key = jax.random.key(3)
+    evaluated = jax.jit(jax.value_and_grad(target))(x0)
+    per_site = str(jax.make_jaxpr(jax.value_and_grad(target))(x0)).count("tanh")
+
+    def plain(k, x):
+        return warmup.run(k, x, 300)
+
+    def given(k, x, e):
+        return warmup.run(k, x, 300, evaluated=e)
+
+    solves = str(jax.make_jaxpr(plain)(key, x0)).count("tanh")
+    assert str(jax.make_jaxpr(given)(key, x0, evaluated)).count("tanh") == (solves - per_site)
+    out, out_given = jax.jit(plain)(key, x0), jax.jit(given)(key, x0, evaluated)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(out_given), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
