@@ -16,10 +16,17 @@ latent coordinate (ArviZ's rank-normalized, over the chains). Each cell runs wit
 :data:`SEEDS` keys (a single run's min ESS, and a single chain's above all, varies by a
 third between keys): the table shows the median seconds and the median min ESS over them.
 Cells in ``benchmarks/results/numpyro_wall/`` (``<model>_<kernel>_<chains>[_s<seed>].json``).
+
+The issue's question is the clock for equal ESS: ``fisher_nuts_equal`` runs Fisher NUTS
+(1000 warm-up) with the draws per chain that give NUTS's min ESS, 1000 times the ratio of
+the two kernels' median min ESS in the recorded cells (run after them), right after a run
+of NUTS's cell again (``nuts_paired``: the machine's load drifts between batches of cells
+by more than the draws cost), and the second table sets the two side by side.
 """
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -39,8 +46,9 @@ CHAINS = (1, 4)
 SEEDS = (0, 1, 2)
 #: Warm-up and draws per chain; ``fisher_nuts_warm``: 1000 draws after the warm-up the
 #: kernel's short-warm-up warning asks for (``fm.numpyro_kernel.suggested_num_warmup``,
-#: at least 1000).
-LENGTHS = {"nuts": 1000, "fisher_nuts": 1000, "fisher_nuts_warm": 1000, "fisher_mala": 5000}
+#: at least 1000); ``fisher_nuts_equal``: 1000 warm-up, the draws of :func:`equal_draws`.
+LENGTHS = {"nuts": 1000, "fisher_nuts": 1000, "fisher_nuts_warm": 1000, "fisher_mala": 5000,
+           "fisher_nuts_equal": 1000, "nuts_paired": 1000}  # fmt: skip
 
 
 def _models():
@@ -109,11 +117,14 @@ def cell(
     from fisher_mala import convergence
 
     model, args, kwargs = _models()[model_name]
-    kernels = {"nuts": NUTS, "fisher_nuts": fm.FisherNUTSKernel,
+    kernels = {"nuts": NUTS, "nuts_paired": NUTS, "fisher_nuts": fm.FisherNUTSKernel,
                "fisher_nuts_warm": fm.FisherNUTSKernel,
+               "fisher_nuts_equal": fm.FisherNUTSKernel,
                "fisher_mala": fm.FisherMALAKernel}  # fmt: skip
     kernel = kernels[kernel_name](model, **(options or {}))
     num = num_warmup = LENGTHS[kernel_name]
+    if kernel_name == "fisher_nuts_equal":
+        num = equal_draws(model_name, chains)
     if kernel_name == "fisher_nuts_warm":  # found in another process: nothing of it compiled here
         command = [sys.executable, "-m", "benchmarks.numpyro_wall", "--suggest", model_name]
         num_warmup = int(subprocess.run(command, check=True, capture_output=True, text=True)
@@ -171,6 +182,15 @@ def suggested(model_name: str) -> int:
     return max(LENGTHS["fisher_nuts_warm"], suggested_num_warmup(fm.FisherNUTSKernel(model), dim))
 
 
+def equal_draws(model: str, chains: int) -> int:
+    """Fisher NUTS's draws per chain for NUTS's min ESS: ``LENGTHS["nuts"]`` times NUTS's
+    median min ESS over Fisher NUTS's, in the recorded cells (at least 100)."""
+    nuts, fisher = _median_cell(model, "nuts", chains), _median_cell(model, "fisher_nuts", chains)
+    if nuts is None or fisher is None:
+        raise RuntimeError(f"{model}, {chains} chains: record the nuts and fisher_nuts cells first")
+    return max(100, math.ceil(LENGTHS["nuts"] * nuts[1] / fisher[1]))
+
+
 def _median_cell(model: str, kernel: str, chains: int):
     """``(seconds, min ESS, runs)``: the medians over the recorded seeds, or None."""
     runs = [json.loads(p.read_text()) for seed in SEEDS
@@ -208,6 +228,25 @@ def render() -> str:
          "median min bulk ESS (same order)", "ESS/s over NUTS's (same order)"),
         rows,
     )  # fmt: skip
+    equal = []
+    for model in ("count", "logistic", "gp_latent"):
+        for chains in CHAINS:
+            nuts, fisher = (
+                _median_cell(model, k, chains) for k in ("nuts_paired", "fisher_nuts_equal")
+            )
+            if nuts is None or fisher is None:
+                continue
+            seconds = f"{nuts[0]:.1f} / {fisher[0]:.1f}"
+            ess, ratio = f"{nuts[1]:.0f} / {fisher[1]:.0f}", f"{nuts[0] / fisher[0]:.2f}"
+            draws = fisher[2][0]["draws"]
+            equal.append((model, chains, draws, len(fisher[2]), seconds, ess, ratio))
+    if equal:
+        text += "\n\n" + templating.table(
+            ("model", "chains", "Fisher NUTS's draws", "keys",
+             "median seconds: NUTS / Fisher NUTS", "median min bulk ESS (same order)",
+             "NUTS's seconds over Fisher NUTS's"),
+            equal,
+        )  # fmt: skip
     TABLE.write_text(text + "\n")
     return text
 
@@ -242,6 +281,15 @@ def main(argv=None) -> None:
                         if _path(model, kernel, chains, seed).exists():
                             continue
                         # a fresh process: no cell reuses what another compiled
+                        command = ["-m", "benchmarks.numpyro_wall", "--cell", model, kernel,
+                                   str(chains), "--seed", str(seed)]  # fmt: skip
+                        subprocess.run([sys.executable, *command], check=True)
+        for seed in SEEDS:  # after the cells whose ESS sets their draws
+            for model in ("count", "logistic", "gp_latent"):
+                for chains in CHAINS:
+                    for kernel in ("nuts_paired", "fisher_nuts_equal"):  # back to back
+                        if _path(model, kernel, chains, seed).exists():
+                            continue
                         command = ["-m", "benchmarks.numpyro_wall", "--cell", model, kernel,
                                    str(chains), "--seed", str(seed)]  # fmt: skip
                         subprocess.run([sys.executable, *command], check=True)
