@@ -510,7 +510,7 @@ def sample_numpyro(
     """
     import dataclasses
 
-    from fisher_mala.sampling import sample
+    from fisher_mala.sampling import _starts_checked, sample
 
     if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
         raise ValueError(f"`num_chains` must be an integer >= 1, got {num_chains!r}.")
@@ -531,15 +531,16 @@ def sample_numpyro(
     def logdensity(z):
         return -potential_fn(z)
 
-    result = sample(
-        key_run,
-        sampler,
-        logdensity,
-        positions,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        **options,
-    )
+    with _starts_checked():  # NumPyro found every point with a finite value and gradient
+        result = sample(
+            key_run,
+            sampler,
+            logdensity,
+            positions,
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            **options,
+        )
     constrained = jax.vmap(jax.vmap(postprocess))(result.samples)
     pointwise = None
     if log_likelihood:

@@ -12,6 +12,8 @@ warm-up is a plain burn-in of ``num_warmup`` steps without adaptation. The drive
 no sampler: what it needs, each entry of the registry declares.
 """
 
+import contextlib
+import contextvars
 import inspect
 import time
 from collections.abc import Callable
@@ -168,6 +170,23 @@ def _check_count(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+#: True inside :func:`_starts_checked`: the caller found the initial positions with a
+#: finite log density and gradient (NumPyro's ``initialize_model`` checks both), so
+#: ``fm.sample`` does not compile a program to evaluate them again.
+_STARTS_CHECKED = contextvars.ContextVar("starts_checked", default=False)
+
+
+@contextlib.contextmanager
+def _starts_checked():
+    """Within it, :func:`sample` trusts that the log density and its gradient are finite
+    at the initial positions (checked by whoever found them: ``fm.sample_numpyro``)."""
+    token = _STARTS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _STARTS_CHECKED.reset(token)
+
+
 def _check_initial_positions(logdensity_fn, initial_positions) -> int:
     validation.check_position(initial_positions)
     shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(initial_positions)]
@@ -186,6 +205,8 @@ def _check_initial_positions(logdensity_fn, initial_positions) -> int:
         raise ValueError("`initial_positions` has no chains (leading axis of size 0).")
     first = jax.tree.map(lambda x: x[0], initial_positions)
     validation.check_logdensity(logdensity_fn, first, evaluate=False)  # shape and dtype
+    if _STARTS_CHECKED.get():
+        return int(num_chains)
     # Every chain's value and gradient in one small compiled program: run op by op, a
     # model's log density compiles each of its operations on its own (seconds for a
     # NumPyro model), before the sampler's own compilation.

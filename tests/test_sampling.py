@@ -322,3 +322,23 @@ def test_auto_chain_method_follows_dimension_and_chains_per_device():
     assert method("fisher_nuts", mid, 2) == "sequential"
     assert method("fisher_nuts", mid + 1, 4, devices=2) == "vectorized"
     assert method("fisher_mala", 3, 4) == "vectorized"  # one gradient per step: batch
+
+
+def test_starts_checked_by_the_caller_skip_only_the_compiled_evaluation():
+    """``fm.sample_numpyro`` hands ``fm.sample`` points NumPyro found with a finite value
+    and gradient: inside ``_starts_checked`` they are not evaluated again; the shape
+    checks still run, and outside it a non-finite start is refused as before."""
+    from fisher_mala.sampling import _check_initial_positions, _starts_checked
+
+    def logdensity(x):
+        return jnp.sum(jnp.log(x))  # NaN for a negative coordinate
+
+    starts = jnp.asarray([[1.0, -1.0], [2.0, 3.0]])
+    with pytest.raises(ValueError, match="not finite at the initial positions of chains"):
+        _check_initial_positions(logdensity, starts)
+    with _starts_checked():
+        assert _check_initial_positions(logdensity, starts) == 2
+        with pytest.raises(ValueError, match="leading chain axis"):
+            _check_initial_positions(logdensity, jnp.asarray(1.0))
+    with pytest.raises(ValueError, match="not finite at the initial positions of chains"):
+        _check_initial_positions(logdensity, starts)
