@@ -324,3 +324,50 @@ def test_the_step_size_phase_runs_in_numpyros_warm_up_calls():
                  progress_bar=False)  # fmt: skip
     whole.run(jax.random.key(4), SIGMA, y=Y)
     np.testing.assert_array_equal(np.asarray(whole.get_samples()["mu"]), split)
+
+
+def test_fisher_nuts_kernel_runs_chains_in_parallel_with_its_host_widening():
+    """``chain_method="parallel"`` (``pmap``, one chain per device) runs the step-size
+    phase's widening, a host callback, on every device's chain; under ``with
+    jax.enable_x64(True)`` (float64 in, float64 out). Two host devices, in a fresh process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax, numpy as np, numpyro, numpyro.distributions as dist
+        from numpyro.infer import MCMC
+        import fisher_mala as fm
+        from fisher_mala import geometric_widening
+
+        host_calls, original = [], geometric_widening.widened_root
+
+        def counting(*args):  # the host's NumPy widening, once per chain
+            host_calls.append(args[-1] is np)
+            return original(*args)
+
+        geometric_widening.widened_root = counting
+
+        def model(y=None):  # d = 3: the step-size phase widens after its first half
+            scale = numpyro.sample("scale", dist.LogNormal(0.0, 1.0))
+            mu = numpyro.sample("mu", dist.Normal(0.0, 3.0).expand([2]).to_event(1))
+            numpyro.sample("y", dist.Normal(mu, scale).to_event(1), obs=y)
+
+        with jax.enable_x64(True):
+            mcmc = MCMC(fm.FisherNUTSKernel(model), num_warmup=1000, num_samples=200,
+                        num_chains=2, chain_method="parallel", progress_bar=False)
+            mcmc.run(jax.random.key(0), y=np.array([[0.5, -1.0], [1.5, 0.0]]))
+            draws = mcmc.get_samples(group_by_chain=True)
+        assert len(jax.devices()) == 2
+        assert draws["mu"].shape == (2, 200, 2) and draws["mu"].dtype == np.float64
+        assert all(np.isfinite(np.asarray(v)).all() for v in draws.values())
+        assert host_calls == [True, True], host_calls
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
