@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fisher_mala.pytree import ravel
 from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
@@ -202,8 +203,6 @@ def widen_on_host(state, moments: Moments, count):
     transition anew for every chain (NumPyro's ``MCMC`` with ``chain_method=
     "sequential"``), where the compiled widening (three eigendecompositions, two solves)
     would be compiled again each time."""
-    import numpy as np
-
     r, grad = state.sqrt_precond, state.whitened_grad
     arguments = (r, grad, moments, jnp.asarray(count))
     argument_shapes = jax.tree.map(_shape_of, arguments)
@@ -240,14 +239,10 @@ def _to_bytes(value):
 
 def _from_bytes(raw, shape: jax.ShapeDtypeStruct):
     """The NumPy array whose bytes ``raw`` holds (on the host)."""
-    import numpy as np
-
     return np.ascontiguousarray(raw, np.uint8).view(shape.dtype).reshape(shape.shape)
 
 
 def _as_bytes(value, shape: jax.ShapeDtypeStruct):
     """A NumPy array of ``shape`` as its bytes (on the host)."""
-    import numpy as np
-
     flat = np.asarray(value, shape.dtype).reshape(-1)
     return flat.view(np.uint8).reshape(*shape.shape, shape.dtype.itemsize)

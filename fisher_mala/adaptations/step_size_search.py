@@ -198,9 +198,8 @@ def find_reasonable_step_size(
                 key, flat, logdensity, grad, step, value_and_grad, identity, identity
             ).acceptance_rate
 
-        # one proposal after another, not vmapped: the batched gradient compiled for a
-        # handful of trials cost more compile time than any other gradient of the
-        # warm-up (0.6 s of a 4 s program on a negative-binomial model)
+        # one proposal after another, not vmapped: a batched gradient, compiled for a
+        # handful of trials, costs more to compile than the one the warm-up's steps use
         return jnp.mean(jax.lax.map(one, keys))
 
     step, count = bracket_step_size(
