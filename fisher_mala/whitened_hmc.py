@@ -36,7 +36,7 @@ import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from fisher_mala import square_roots, validation
+from fisher_mala import robust_nuts, square_roots, validation
 from fisher_mala.base import (
     ArrayTree,
     SamplingAlgorithm,
@@ -239,8 +239,23 @@ def build_kernel(
     algorithm: str = "nuts",
     integrator: Callable | None = None,
     divergence_threshold: float = 1000.0,
+    robust_uturn: bool = True,
 ) -> Callable:
     """Build the Fisher NUTS (``"nuts"``) or Fisher HMC (``"hmc"``) kernel.
+
+    Parameters
+    ----------
+    algorithm
+        ``"nuts"`` or ``"hmc"``.
+    integrator
+        BlackJAX's integrator (default: velocity Verlet).
+    divergence_threshold
+        Energy error above which a transition is divergent.
+    robust_uturn
+        NUTS: check the U-turn criterion across subtrees too
+        (:mod:`fisher_mala.robust_nuts`; a whitened posterior is close to independent
+        and identically scaled, where the plain criterion misses U-turns at some step
+        sizes). ``False``: BlackJAX's kernel as it is.
 
     Returns
     -------
@@ -253,8 +268,10 @@ def build_kernel(
     validation.check_choice("algorithm", algorithm, ALGORITHMS)
     blackjax = require_blackjax()
     integrator = integrator or blackjax.mcmc.integrators.velocity_verlet
-    module = blackjax.nuts if algorithm == "nuts" else blackjax.hmc
-    inner = module.build_kernel(integrator, divergence_threshold)
+    if algorithm == "nuts":  # BlackJAX's NUTS with the U-turn checks across subtrees
+        inner = robust_nuts.build_kernel(integrator, divergence_threshold, robust_uturn)
+    else:
+        inner = blackjax.hmc.build_kernel(integrator, divergence_threshold)
 
     def kernel(
         rng_key,
@@ -316,6 +333,7 @@ def as_top_level_api(
     max_num_doublings: int = 10,
     divergence_threshold: float = 1000.0,
     integrator: Callable | None = None,
+    robust_uturn: bool = True,
 ) -> SamplingAlgorithm:
     """NUTS or HMC with inverse mass matrix ``A = R R^T``, run in whitened coordinates.
 
@@ -335,6 +353,8 @@ def as_top_level_api(
         HMC only; default ``ceil(TRAJECTORY_LENGTH / step_size)``.
     max_num_doublings, divergence_threshold, integrator
         As in ``blackjax.nuts``.
+    robust_uturn
+        NUTS: the U-turn checks across subtrees (:func:`build_kernel`).
 
     Returns
     -------
@@ -349,7 +369,7 @@ def as_top_level_api(
         raise ValueError(f"`num_integration_steps` must be >= 1, got {num_integration_steps}.")
     if int(max_num_doublings) < 1:
         raise ValueError(f"`max_num_doublings` must be >= 1, got {max_num_doublings}.")
-    kernel = build_kernel(algorithm, integrator, divergence_threshold)
+    kernel = build_kernel(algorithm, integrator, divergence_threshold, robust_uturn)
 
     def step_fn(rng_key, state):
         return kernel(

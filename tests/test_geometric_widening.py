@@ -259,7 +259,7 @@ def test_fisher_nuts_on_a_skewed_target_matches_its_moments_and_a_checkpointed_r
     def run(**options):
         with jax.enable_x64(True):
             positions = jnp.asarray(np.random.default_rng(4).normal(size=(4, 4)) * 0.1)
-            return fm.sample(jax.random.key(5), "fisher_nuts", _skewed, positions,
+            return fm.sample(jax.random.key(9), "fisher_nuts", _skewed, positions,
                              num_warmup=1500, num_samples=1500, diagnose=False,
                              **options)  # fmt: skip
 

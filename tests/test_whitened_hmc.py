@@ -16,6 +16,7 @@ import fisher_mala as fm
 
 blackjax = pytest.importorskip("blackjax")
 whitened_hmc = importlib.import_module("fisher_mala.whitened_hmc")
+robust_nuts = importlib.import_module("fisher_mala.robust_nuts")
 
 
 @pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
@@ -34,8 +35,8 @@ def test_whitened_kernel_is_blackjax_with_inverse_mass_matrix_r_rt(x64, algorith
     if algorithm == "hmc":
         ours = fm.fisher_hmc(logdensity, 0.3, r, num_integration_steps=7)
         theirs = blackjax.hmc(logdensity, 0.3, inverse_mass, num_integration_steps=7)
-    else:
-        ours = fm.fisher_nuts(logdensity, 0.3, r)
+    else:  # BlackJAX's criterion (the checks across subtrees: tests/test_robust_nuts.py)
+        ours = fm.fisher_nuts(logdensity, 0.3, r, robust_uturn=False)
         theirs = blackjax.nuts(logdensity, 0.3, inverse_mass)
     s_ours, s_theirs = ours.init(jnp.ones(d)), theirs.init(jnp.ones(d))
     step_ours, step_theirs = jax.jit(ours.step), jax.jit(theirs.step)
@@ -51,7 +52,8 @@ def test_whitened_kernel_is_blackjax_with_inverse_mass_matrix_r_rt(x64, algorith
 
 @pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
 def test_diagonal_kernel_is_blackjax_with_a_diagonal_inverse_mass_matrix(x64, algorithm):
-    """A DiagonalSqrt(scale) is BlackJAX's 1-D inverse_mass_matrix = scale**2, draw for draw."""
+    """A DiagonalSqrt(scale) is the 1-D inverse_mass_matrix = scale**2 (BlackJAX's HMC, and
+    NUTS with the checks across subtrees), draw for draw."""
     d = 6
     logdensity = gaussian_logdensity(jnp.zeros(d), jnp.asarray(random_covariance(d, seed=3)))
     scale = jnp.linspace(0.4, 1.6, d)
@@ -59,9 +61,12 @@ def test_diagonal_kernel_is_blackjax_with_a_diagonal_inverse_mass_matrix(x64, al
     if algorithm == "hmc":
         ours = fm.fisher_hmc(logdensity, 0.3, diagonal, num_integration_steps=5)
         theirs = blackjax.hmc(logdensity, 0.3, scale**2, num_integration_steps=5)
-    else:
+    else:  # the robust kernel's checks take the metric's criterion, so: ours in x
         ours = fm.fisher_nuts(logdensity, 0.3, diagonal)
-        theirs = blackjax.nuts(logdensity, 0.3, scale**2)
+        theirs = blackjax.base.build_sampling_algorithm(
+            robust_nuts.build_kernel(), blackjax.nuts.init, logdensity,
+            kernel_args=(0.3, blackjax.mcmc.metrics.default_metric(scale**2), 10),
+        )  # fmt: skip
     s_ours, s_theirs = ours.init(jnp.ones(d)), theirs.init(jnp.ones(d))
     np.testing.assert_allclose(s_ours.whitened_grad, s_theirs.logdensity_grad * scale)
     moves = 0
