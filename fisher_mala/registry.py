@@ -146,9 +146,12 @@ def _whitened_sampling_kernel(algorithm: str) -> Callable:
         max_num_doublings=10,
         num_integration_steps=None,
         divergence_threshold=1000.0,
+        robust_uturn=True,
         **options,
     ):
-        kernel = whitened_hmc.build_kernel(algorithm, divergence_threshold=divergence_threshold)
+        kernel = whitened_hmc.build_kernel(
+            algorithm, divergence_threshold=divergence_threshold, robust_uturn=robust_uturn
+        )
 
         def one(key, state, step_size):
             return kernel(

@@ -161,6 +161,10 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         leave, or still on its way) restarts from another chain's state and ``R``, with a
         warning (:meth:`regroup`). ``False``: every chain goes on from where it is (to let
         R-hat see a chain left in a minor mode).
+    robust_uturn
+        NUTS: ``True`` (default) checks the U-turn criterion across subtrees too
+        (:mod:`fisher_mala.robust_nuts`), in the step-size phase and the draws;
+        ``False``: BlackJAX's criterion.
     score_prior_weight
         ``None``: ``R`` is frozen after the Fisher phase. A number ``n0 > 0``: in the
         second half of the step-size phase ``R`` keeps learning from the scores at NUTS's
@@ -193,9 +197,12 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         metric: str = "auto",
         stopping_rule: bool = True,
         regroup: bool = True,
+        robust_uturn: bool = True,
         **fisher_options,
     ):
         require_blackjax()
+        if not isinstance(robust_uturn, bool):
+            raise TypeError(f"`robust_uturn` must be True or False, got {robust_uturn!r}.")
         validation.check_choice("metric", metric, METRICS)
         if score_prior_weight is not None and metric == "diagonal":
             raise ValueError("`score_prior_weight` learns a dense R; use metric='dense' or 'auto'.")
@@ -242,9 +249,13 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
             PLATEAU_TARGET_ACCEPTANCE if given is None else float(given)
         )
 
+        kernel = build_kernel(
+            algorithm, divergence_threshold=divergence_threshold, robust_uturn=robust_uturn
+        )
+
         def tuning(target):
             return LeapfrogTuning(
-                build_kernel(algorithm, divergence_threshold=divergence_threshold),
+                kernel,
                 logdensity_fn,
                 algorithm,
                 dual_averaging(target),

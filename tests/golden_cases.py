@@ -67,6 +67,15 @@ CASES = {
         40,
     ),
     "fisher_nuts_pooled": ("fisher_nuts", {"pooled": True}, "float64", False, 600, 40),
+    # BlackJAX's U-turn criterion: the draws of fisher_nuts_pooled before the robust one
+    "fisher_nuts_pooled_blackjax_uturn": (
+        "fisher_nuts",
+        {"pooled": True, "robust_uturn": False},
+        "float64",
+        False,
+        600,
+        40,
+    ),
     "fisher_hmc": ("fisher_hmc", {}, "float64", False, 600, 40),
 }
 

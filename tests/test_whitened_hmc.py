@@ -480,6 +480,7 @@ def test_divergences_are_reported_and_never_enter_the_state():
         ({"bogus": 1}, "Invalid option"),
         ({"metric": "full"}, "metric"),
         ({"metric": "diagonal", "score_prior_weight": 1.0}, "score_prior_weight"),
+        ({"robust_uturn": "yes"}, "robust_uturn"),
     ],
 )
 def test_bad_options_fail_before_compilation(options, match, monkeypatch):
