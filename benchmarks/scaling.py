@@ -30,7 +30,7 @@ machine with accelerators, counts up to the number of accelerators. Results are 
 chain, float32, on the standard Gaussian in ``d`` dimensions, for each ``k`` of
 ``--ranks``: microseconds per adaptive iteration (one gradient, the ``O(d k)`` products, the
 learner's update, its cycle's refresh amortized) and the compiled program's memory (the
-chain's state, ``5 d k`` numbers of the learner and ``O(d)`` more, and XLA's temporaries):
+chain's state, ``12 d k`` numbers of the learner and ``O(d)`` more, and XLA's temporaries):
 per chain, since the chains of ``fm.sample`` each have their own.
 """
 
@@ -215,8 +215,10 @@ def low_rank_cell(dim: int, rank: int, steps: int) -> dict:
         "steps": steps,
         "us_per_iteration": 1e6 * best / steps,
         "compile_s": compile_s,
-        # W, Z and the positions' products (d x 3k each), Q (d x k), and O(d) vectors
-        "state_bytes": 4 * dim * (3 * width + rank + 8),
+        # W, Z and the positions' products (d x 3k each), the probes (d x 2k), Q (d x k),
+        # and O(d) vectors
+        "state_bytes": 4 * dim * (3 * width + min(low_rank.PROBE_BLOCKS * rank, dim - width)
+                                  + rank + 8),
         "program_bytes": program,
         "device_kind": jax.devices()[0].device_kind,
         "platform": jax.default_backend(),

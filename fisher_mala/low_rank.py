@@ -8,7 +8,11 @@ low-rank approximations as the way past that. This module learns, from the same 
 * ``D``: a diagonal, ``sqrt(Var x / F_ii)`` from the positions' running variances and the
   signals' running Fisher diagonal ``F_ii = (lambda + sum_n s_ni^2) / (1 + n)`` (the
   diagonal of Seyboldt et al.'s Fisher HMC; ``D = I / lambda`` at the start, as the dense
-  ``R_0 = I / sqrt(lambda)``);
+  ``R_0 = I / sqrt(lambda)``); or, with ``diagonal="unit"``, the identity times the
+  learned level, for coordinates in which the prior is ``N(0, I)`` (a non-centred model, a
+  whitened Gaussian process) and the data inform a few directions: there the rule above
+  shrinks the informed coordinates, which turns each stiff direction into a stiff and a
+  loose one, and loose ones are found late (below);
 * ``Q`` and ``c``: the ``k`` directions in which, seen through the current ``R``, the
   target is farthest from what ``R`` assumes, **at both ends** (on a log scale): loose
   directions of strong posterior correlation (a hierarchical model's population
@@ -37,11 +41,21 @@ those directions). A Ritz value within the cycle's noise band (Marchenko-Pastur'
 is an upper bound and the rank that acts is learned. Cycles grow with the signals
 (:data:`CYCLE_GROWTH`).
 
+**The level of the rest.** Directions are judged against the level of the rest of the
+space. The trace minus the kept Ritz values is the rest's mean only when every stiff
+direction is already kept: in the first cycles one unfound direction can carry most of the
+trace (its Ritz value is the square of ``B``'s), and every ordinary direction then looks
+loose and is widened. So the level is the median Ritz value of :data:`PROBE_BLOCKS` ``k``
+random directions outside the basis, drawn again each cycle: the compression of ``m``
+unfound directions onto them has rank ``m``, so the median stays in the rest while fewer
+than ``k`` are unfound.
+
 **Cost.** Per signal: a few ``O(d k)`` products, and one row written into each of two
 buffers of :data:`BUFFER` signals, absorbed into the accumulators by two matrix products
 per buffer (:func:`end_of_block`). Per cycle: eigendecompositions of ``3k x 3k`` and
 ``2k x 2k`` and QR factorizations of ``d x 3k`` and ``d x 2k`` (``O(d k^2)``). Memory: ``W``,
-``Z`` and the positions' products (``d x 3k`` each), ``Q`` and the buffers: ``O(d k)``.
+``Z`` and the positions' products (``d x 3k`` each), the probes (``d x 2k``), ``Q`` and the
+buffers: ``O(d k)``.
 Nothing ``O(d^2)``.
 
 With ``3k >= d`` the basis spans everything and ``A`` is the full fixed point, estimated
@@ -73,6 +87,7 @@ __all__ = [
     "update",
     "adaptive_step",
     "check_rank",
+    "check_diagonal",
     "resolve_rank",
     "AUTO_DENSE_MAX_DIM",
     "AUTO_RANK",
@@ -81,6 +96,8 @@ __all__ = [
     "finish_block",
     "scan_adaptive",
     "BUFFER",
+    "PROBE_BLOCKS",
+    "DIAGONALS",
 ]
 
 #: Blocks of ``k`` columns in the search basis: the kept directions, the residuals of the
@@ -111,6 +128,12 @@ CYCLE_GROWTH = 8
 #: times stiffer or looser than the diagonal says is taken as that far, no farther): an
 #: estimate from one cycle's signals must not make ``R`` singular.
 THETA_BOUNDS = (1e-4, 1e4)
+#: Random probe directions per cycle, in blocks of ``k`` (the level of the rest of the
+#: space, module docstring): their median Ritz value is unmoved by fewer than ``k``
+#: directions that are not yet found.
+PROBE_BLOCKS = 2
+#: ``diagonal`` choices: ``D`` from the positions and signals, or the identity.
+DIAGONALS = ("learned", "unit")
 
 
 class LowRankFisherState(NamedTuple):
@@ -139,6 +162,11 @@ class LowRankFisherState(NamedTuple):
         ``(d,)``, the sum of the positions (for ``xbar``).
     trace_sum
         ``sum ||phi||^2`` over the current cycle (``tr F~`` times ``T``).
+    probes
+        ``(d, 2k)``, random orthonormal directions outside the basis (drawn each cycle).
+    probe_gram
+        ``(2k, 2k)``, ``sum (P^T phi)(P^T phi)^T`` over the current cycle: the level of the
+        rest of the space (module docstring).
     cycle
         Signals absorbed in the current cycle.
     signal_buffer, position_buffer
@@ -158,6 +186,8 @@ class LowRankFisherState(NamedTuple):
     position_sum: Array
     position_squares: Array
     trace_sum: Array
+    probes: Array
+    probe_gram: Array
     cycle: Array
     signal_buffer: Array
     position_buffer: Array
@@ -172,11 +202,22 @@ def _orthonormal(matrix: Array) -> Array:
     return jnp.linalg.qr(matrix)[0]
 
 
+def _probes(rng_key, basis: Array, count: int) -> Array:
+    """``count`` random orthonormal directions orthogonal to ``basis``."""
+    probes = jax.random.normal(rng_key, (basis.shape[0], count), basis.dtype)
+    for _ in range(2):  # twice is enough (Kahan's rule for Gram-Schmidt)
+        probes = probes - basis @ (basis.T @ probes)
+    return _orthonormal(probes) if count else probes
+
+
 def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherState:
     """The learner before any signal: ``D = I / lambda``, ``c = 0`` (``A = I / lambda``,
-    the dense ``R_0``), and a random orthonormal search basis of ``min(3k, d)`` columns."""
+    the dense ``R_0``), a random orthonormal search basis of ``min(3k, d)`` columns and
+    the probes outside it."""
     width = min(SEARCH_BLOCKS * int(rank), int(dim))
-    basis = _orthonormal(jax.random.normal(rng_key, (dim, width), dtype))
+    key_basis, key_probes = jax.random.split(rng_key)
+    basis = _orthonormal(jax.random.normal(key_basis, (dim, width), dtype))
+    probes = _probes(key_probes, basis, min(PROBE_BLOCKS * int(rank), int(dim) - width))
     scale = jnp.full((dim,), 1.0 / jnp.sqrt(jnp.asarray(damping, dtype)), dtype)
     kept = min(int(rank), width)
     return LowRankFisherState(
@@ -190,6 +231,8 @@ def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherS
         position_sum=jnp.zeros((dim,), dtype),
         position_squares=jnp.zeros((dim,), dtype),
         trace_sum=jnp.zeros((), dtype),
+        probes=probes,
+        probe_gram=jnp.zeros((probes.shape[1],) * 2, dtype),
         cycle=jnp.zeros((), jnp.int32),
         signal_buffer=jnp.zeros((BUFFER, dim), dtype),
         position_buffer=jnp.zeros((BUFFER, dim), dtype),
@@ -211,13 +254,21 @@ def _apply(basis: Array, factors: Array, v: Array) -> Array:
 def _ritz(state: LowRankFisherState, rank: int):
     """Rayleigh-Ritz of the whitened signals' second moment ``E[psi psi^T]`` on the basis:
     the ``rank`` pairs farthest from the rest of the space (log scale, both ends), and the
-    mean eigenvalue of the rest, ``(tr - sum kept) / (d - k)``."""
+    level of the rest: the probes' median Ritz value (module docstring), or where there
+    are no probes (``3k >= d``) the mean ``(tr - sum kept) / (d - k)``."""
     signals = state.cycle.astype(state.gram.dtype)
     quotient = state.gram / signals
     mu, vectors = jnp.linalg.eigh(0.5 * (quotient + quotient.T))
     mu = jnp.clip(mu, *THETA_BOUNDS)
     dim = state.basis.shape[0]
     trace = state.trace_sum / signals
+
+    if state.probes.shape[1]:
+        probed = state.probe_gram / signals
+        level = jnp.median(jnp.linalg.eigvalsh(0.5 * (probed + probed.T)))
+        level = jnp.clip(level, *THETA_BOUNDS)
+        order = jnp.argsort(-jnp.abs(jnp.log(mu / level)))[:rank]
+        return mu[order], vectors[:, order], level
 
     def kept_and_bulk(level):
         order = jnp.argsort(-jnp.abs(jnp.log(mu / level)))[:rank]
@@ -229,9 +280,10 @@ def _ritz(state: LowRankFisherState, rank: int):
     return mu[order], vectors[:, order], bulk
 
 
-def _refresh(state: LowRankFisherState, rank: int, damping) -> LowRankFisherState:
+def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRankFisherState:
     """End of a cycle (module docstring): the fixed point of the whitened second moment,
-    the new ``R`` truncated to ``rank`` directions, ``D``, and the next search basis."""
+    the new ``R`` truncated to ``rank`` directions, ``D``, the next search basis and
+    probes."""
     signals = state.cycle.astype(state.gram.dtype)
     root = state.sqrt_precond
     mu, vectors, bulk = _ritz(state, rank)
@@ -268,8 +320,11 @@ def _refresh(state: LowRankFisherState, rank: int, damping) -> LowRankFisherStat
     variance = jnp.maximum(state.position_squares / count - mean**2, 0.0)
     variance = jnp.where(variance > 0, variance, 1.0 / fisher_diagonal)
     scale = jnp.sqrt(jnp.sqrt(variance / fisher_diagonal))
+    if diagonal == "unit":
+        scale = root.scale  # the identity, at the level it has
     scale = scale * jnp.sqrt(jnp.exp(jnp.mean(jnp.log(root.scale**2 / scale**2))))
     scale = scale / jnp.sqrt(jnp.sqrt(bulk))
+    key = jax.random.fold_in(jax.random.key(0), state.count)  # the probes: any fresh draw
     return state._replace(
         sqrt_precond=LowRankSqrt(scale, new_basis, jnp.sqrt(lam[keep]) - 1.0),
         basis=basis,
@@ -277,6 +332,8 @@ def _refresh(state: LowRankFisherState, rank: int, damping) -> LowRankFisherStat
         products=jnp.zeros_like(state.products),
         position_products=jnp.zeros_like(state.position_products),
         trace_sum=jnp.zeros_like(state.trace_sum),
+        probes=_probes(key, basis, state.probes.shape[1]),
+        probe_gram=jnp.zeros_like(state.probe_gram),
         cycle=jnp.zeros_like(state.cycle),
     )
 
@@ -286,7 +343,9 @@ def _absorb(state: LowRankFisherState) -> LowRankFisherState:
     products; unused buffer rows are zeros and add nothing)."""
     projected = state.signal_buffer @ state.basis  # (B, 3k)
     positions = state.position_buffer @ state.basis
+    probed = state.signal_buffer @ state.probes
     return state._replace(
+        probe_gram=state.probe_gram + probed.T @ probed,
         gram=state.gram + projected.T @ projected,
         products=state.products + state.signal_buffer.T @ projected,
         position_products=state.position_products + state.position_buffer.T @ positions,
@@ -321,7 +380,9 @@ def update(
     )
 
 
-def end_of_block(state: LowRankFisherState, rank: int, damping=DAMPING) -> LowRankFisherState:
+def end_of_block(
+    state: LowRankFisherState, rank: int, damping=DAMPING, diagonal="learned"
+) -> LowRankFisherState:
     """After every :data:`BUFFER` updates (and after the last): absorb the buffers, and
     end the cycle (:func:`_refresh`) once it has its length.
 
@@ -334,7 +395,10 @@ def end_of_block(state: LowRankFisherState, rank: int, damping=DAMPING) -> LowRa
     rank = min(int(rank), state.basis.shape[1])
     length = jnp.maximum(cycle_length(rank), state.count // CYCLE_GROWTH)
     return jax.lax.cond(
-        state.cycle >= length, lambda s: _refresh(s, rank, damping), lambda s: s, state
+        state.cycle >= length,
+        lambda s: _refresh(s, rank, damping, diagonal),
+        lambda s: s,
+        state,
     )
 
 
@@ -393,14 +457,14 @@ def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
     return step
 
 
-def finish_block(rank: int, damping=DAMPING) -> Callable:
+def finish_block(rank: int, damping=DAMPING, diagonal="learned") -> Callable:
     """``carry -> carry``: :func:`end_of_block` on ``(fisher_state, learner)``, the new
     ``R`` carried into the FisherMALA state (its trace and whitened gradient)."""
     from fisher_mala import square_roots
 
     def finish(carry):
         state, learner = carry
-        learner = end_of_block(learner, rank, damping)
+        learner = end_of_block(learner, rank, damping, diagonal)
         root = learner.sqrt_precond
         state = state._replace(
             sqrt_precond=root,
@@ -413,11 +477,11 @@ def finish_block(rank: int, damping=DAMPING) -> Callable:
 
 
 def scan_adaptive(rng_key, carry, logdensity_fn, num_steps: int, rank: int, step_size_rule,
-                  damping=DAMPING):  # fmt: skip
+                  damping=DAMPING, diagonal="learned"):  # fmt: skip
     """``num_steps`` adaptive iterations in blocks of :data:`BUFFER` (as the warm-up runs
     them): ``(carry, acceptance rates)``."""
     step = adaptive_step(step_size_rule, rank, damping)
-    finish = finish_block(rank, damping)
+    finish = finish_block(rank, damping, diagonal)
 
     def one(carry, i):
         carry, info = step(jax.random.fold_in(rng_key, i), carry, logdensity_fn)
@@ -441,6 +505,16 @@ def check_rank(rank) -> int:
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"`rank` must be a positive integer or 'auto', got {rank!r}.")
     return rank
+
+
+def check_diagonal(diagonal) -> str:
+    """``diagonal`` as one of :data:`DIAGONALS` (a clear error otherwise)."""
+    if diagonal not in DIAGONALS:
+        raise ValueError(
+            f"`low_rank_diagonal` must be one of {DIAGONALS}, got {diagonal!r}: 'unit' holds "
+            "D at the identity (coordinates whose prior is N(0, I)), 'learned' learns it."
+        )
+    return diagonal
 
 
 def resolve_rank(rank, dim: int):

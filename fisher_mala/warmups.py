@@ -411,6 +411,7 @@ def fisher_mala_warmup(
     rank: int | None = None,
     fast_start: bool = False,
     restart_windows: tuple[int, ...] = (),
+    low_rank_diagonal: str = "learned",
 ) -> Warmup:
     """Algorithm 1's warm-up: a MALA phase, then adaptive FisherMALA iterations.
 
@@ -434,6 +435,12 @@ def fisher_mala_warmup(
         ``None``: the dense ``R`` of the paper. An integer ``k``: the diagonal-plus-rank-k
         Fisher preconditioner of :mod:`fisher_mala.low_rank` (``O(d k)`` time and memory
         per iteration; the Rao-Blackwellized signal, Proposition 4's rates).
+    low_rank_diagonal
+        With ``rank``: ``"learned"`` (default), the diagonal ``D`` of
+        :mod:`fisher_mala.low_rank` from the chain's positions and signals; ``"unit"``,
+        ``D`` held at the identity (times the learned level), for coordinates in which
+        the prior is ``N(0, I)`` and the data inform a few directions (a non-centred
+        hierarchical model, a whitened latent Gaussian process).
     fast_start
         ``False``: Algorithm 1. ``True`` (needs BlackJAX): the MALA phase adapts
         ``sigma^2`` by dual averaging (a far start, where the searched step is orders of
@@ -462,8 +469,10 @@ def fisher_mala_warmup(
     if rank is not None:
         return _low_rank_warmup(
             logdensity_fn, rank, num_mala_steps, damping, signal, learning_rate, trace_every,
-            record_precond, initial_step_size, find_step_size, target, rho,
+            record_precond, initial_step_size, find_step_size, target, rho, low_rank_diagonal,
         )  # fmt: skip
+    if low_rank_diagonal != "learned":
+        raise ValueError("`low_rank_diagonal` needs `rank`: the dense R has no separate D.")
     _check_step_size_options(initial_step_size, target, rho)
     # validates damping and signal eagerly; the schedule at every update it will be used,
     # when the warm-up's length is known (build)
@@ -560,12 +569,13 @@ def fisher_mala_warmup(
 
 def _low_rank_warmup(
     logdensity_fn, rank, num_mala_steps, damping, signal, learning_rate, trace_every,
-    record_precond, initial_step_size, find_step_size, target, rho,
+    record_precond, initial_step_size, find_step_size, target, rho, diagonal="learned",
 ) -> Warmup:  # fmt: skip
     """:func:`fisher_mala_warmup` with the low-rank learner (:mod:`fisher_mala.low_rank`)."""
     from fisher_mala import low_rank
 
     rank = low_rank.check_rank(rank)
+    diagonal = low_rank.check_diagonal(diagonal)
     _check_step_size_options(initial_step_size, target, rho)
     validation.check_positive("damping", damping, "Algorithm 1 uses lambda = 10.")
     refused = {
@@ -613,7 +623,7 @@ def _low_rank_warmup(
                 split_key((2, 1)),
                 enter=enter,
                 block=low_rank.BUFFER,  # R is refreshed between blocks (low_rank docs)
-                finish_block=low_rank.finish_block(rank, damping),
+                finish_block=low_rank.finish_block(rank, damping, diagonal),
                 progress_of=lambda carry: carry[0].count,
             ),
         )
@@ -635,6 +645,7 @@ def pooled_fisher_mala_warmup(
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
     step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
     rank: int | None = None,
+    low_rank_diagonal: str = "learned",
 ) -> Warmup:
     """The warm-up of :mod:`fisher_mala.pooled`, all chains together (``run`` takes every
     chain's position, leading axis).
@@ -645,7 +656,7 @@ def pooled_fisher_mala_warmup(
     (re-anchoring ``tr(R R^T)`` every 1000 iterations). Options as in
     :func:`fisher_mala_warmup`.
     """
-    if rank is not None:
+    if rank is not None or low_rank_diagonal != "learned":
         raise ValueError(
             "`rank` is not available with pooled=True: the low-rank Fisher preconditioner "
             "learns one R per chain (fisher_mala.low_rank); drop one of them."
