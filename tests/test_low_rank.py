@@ -162,6 +162,16 @@ def test_rank_at_least_d_is_a_full_square_root_of_the_fisher_fixed_point():
         assert _relative_frobenius(np.asarray(root @ root.T), sigma) < 0.15
 
 
+def _assert_gaussian_moments(result, sigma):
+    """Every mean within 4.5 MCSE of 0, every variance within 15% of Sigma's."""
+    draws = np.asarray(result.samples, np.float64)
+    flat = draws.reshape(-1, sigma.shape[0])
+    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
+    assert np.abs(flat.mean(0) / mcse).max() < 4.5
+    ratio = flat.var(0) / np.diag(sigma)
+    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+
+
 def test_fm_sample_with_rank_matches_the_gaussian_moments():
     """fm.sample(..., "fisher_mala", rank=8) at d = 200 (float32, 4 chains): every mean
     within 4.5 MCSE of 0, every variance within 15% of Sigma's."""
@@ -173,12 +183,7 @@ def test_fm_sample_with_rank_matches_the_gaussian_moments():
                        diagnose=False)  # fmt: skip
     root = result.final_state.sqrt_precond
     assert isinstance(root, LowRankSqrt) and root.basis.shape == (4, 200, 8)
-    draws = np.asarray(result.samples, np.float64)
-    flat = draws.reshape(-1, 200)
-    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
-    assert np.abs(flat.mean(0) / mcse).max() < 4.5
-    ratio = flat.var(0) / np.diag(sigma)
-    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+    _assert_gaussian_moments(result, sigma)
 
 
 @pytest.mark.parametrize(
@@ -213,12 +218,7 @@ def test_fisher_nuts_and_hmc_with_rank_match_the_gaussian_moments(sampler):
                        num_warmup=6000, num_samples=1000, rank=8,
                        diagnose=False)  # fmt: skip
     assert isinstance(result.parameters.sqrt_precond, LowRankSqrt)
-    draws = np.asarray(result.samples, np.float64)
-    flat = draws.reshape(-1, 200)
-    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
-    assert np.abs(flat.mean(0) / mcse).max() < 4.5
-    ratio = flat.var(0) / np.diag(sigma)
-    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+    _assert_gaussian_moments(result, sigma)
     with pytest.raises(ValueError, match="not available with `rank`"):
         fm.sample(jax.random.key(0), sampler, lambda x: -0.5 * jnp.sum(x**2),
                   jnp.zeros((2, 3)), num_warmup=10, num_samples=10, rank=2,
@@ -238,12 +238,7 @@ def test_fisher_nuts_with_a_unit_diagonal_matches_the_gaussian_moments():
                        low_rank_diagonal="unit", diagnose=False)  # fmt: skip
     scale = np.asarray(result.parameters.sqrt_precond.scale)
     assert np.all(np.ptp(scale, axis=1) <= 1e-5 * scale.max(axis=1))
-    draws = np.asarray(result.samples, np.float64)
-    flat = draws.reshape(-1, 200)
-    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
-    assert np.abs(flat.mean(0) / mcse).max() < 4.5
-    ratio = flat.var(0) / np.diag(sigma)
-    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+    _assert_gaussian_moments(result, sigma)
 
 
 def test_rank_auto_is_dense_in_small_dimension_and_low_rank_above():
