@@ -33,6 +33,11 @@ from fisher_mala.pytree import ravel
 from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
 
 __all__ = [
+    "LOW_RANK_DRAWS_PER_RANK",
+    "LOW_RANK_MAX_DRAWS",
+    "LowRankMoments",
+    "low_rank_draws",
+    "low_rank_widened",
     "WIDENING_THRESHOLD",
     "WIDENING_MAX_DIM",
     "WIDENING_MAX_KURTOSIS_RATIO",
@@ -69,6 +74,42 @@ WIDENING_MAX_DIM = 1000
 WIDENING_MIN_EXTRA_DRAWS = 16
 
 
+#: The low-rank widening keeps the last ``m`` draws of the phase's first half and their
+#: whitened gradients (``2 m d`` numbers, not ``d x d`` sums): ``m = min(
+#: LOW_RANK_DRAWS_PER_RANK k, LOW_RANK_MAX_DRAWS)``, fewer when the half holds fewer (down
+#: to ``LOW_RANK_MIN_DRAWS``). Half of them choose the directions and half measure them,
+#: so ``m`` sets how loose a direction must be to stand out of the noise of ``d / m``: on
+#: ``benchmarks.low_rank_race``'s Gaussian (``d = 1000``, four directions 20 to 100 times
+#: looser than the diagonal) rank-8 Fisher NUTS's min ESS per gradient was 3.3e-3
+#: without the widening, 2.4e-2 with m = 64, 4.0e-2 with 128 and 6.5e-2 with 192 (dense
+#: Fisher NUTS: 8.0e-2).
+LOW_RANK_DRAWS_PER_RANK = 24
+LOW_RANK_MAX_DRAWS = 192
+LOW_RANK_MIN_DRAWS = 32
+
+
+def low_rank_draws(rank: int, num_draws: int | None = None) -> int:
+    """Draws the low-rank widening keeps for a rank-``k`` root when ``num_draws`` are
+    summed before the widening (see :data:`LOW_RANK_DRAWS_PER_RANK`)."""
+    m = min(LOW_RANK_DRAWS_PER_RANK * int(rank), LOW_RANK_MAX_DRAWS)
+    if num_draws is not None:
+        m = min(m, int(num_draws) - WIDENING_MIN_EXTRA_DRAWS)
+    return max(m, LOW_RANK_MIN_DRAWS)
+
+
+class LowRankMoments(NamedTuple):
+    """What the low-rank widening keeps of the draws: the last ``m`` positions (flat,
+    from ``origin``) and whitened gradients ``R^T g`` (rows written in turn, ``count`` so
+    far), and over every draw the sums of ``|R^T g|^2`` and ``|R^T g|^4``."""
+
+    origin: jax.Array
+    draws: jax.Array
+    grads: jax.Array
+    sum_q: jax.Array
+    sum_q2: jax.Array
+    count: jax.Array
+
+
 class Moments(NamedTuple):
     """Running sums over the draws: positions (flat, the target's coordinates, from
     ``origin``: no cancellation where the draws are far from 0 against their spread) and
@@ -84,28 +125,55 @@ class Moments(NamedTuple):
 
 def widening_point(num_steps: int, dim: int, sqrt_precond, pooled: bool = False):
     """The step-size iteration after which the metric is widened (the phase's half), or
-    ``None`` where it is not: pooled, low-rank, ``d > WIDENING_MAX_DIM``, or a half too
-    short for ``d`` (``d + WIDENING_MIN_EXTRA_DRAWS`` draws)."""
+    ``None`` where it is not: pooled, ``d > WIDENING_MAX_DIM`` (dense or diagonal), or a
+    half too short (``d + WIDENING_MIN_EXTRA_DRAWS`` draws; low-rank:
+    ``LOW_RANK_MIN_DRAWS + WIDENING_MIN_EXTRA_DRAWS``)."""
     half = int(num_steps) // 2
-    if pooled or isinstance(sqrt_precond, LowRankSqrt) or dim > WIDENING_MAX_DIM:
+    if pooled:
         return None
-    if half < dim + WIDENING_MIN_EXTRA_DRAWS:
+    if isinstance(sqrt_precond, LowRankSqrt):  # the last draws, kept: no d x d sums
+        return half if half >= LOW_RANK_MIN_DRAWS + WIDENING_MIN_EXTRA_DRAWS else None
+    if dim > WIDENING_MAX_DIM or half < dim + WIDENING_MIN_EXTRA_DRAWS:
         return None
     return half
 
 
-def moments_init(state) -> Moments:
-    """Zero sums for the draws of the chain at ``state`` (their origin its position)."""
+def moments_init(state, num_draws: int | None = None):
+    """Zero sums for the draws of the chain at ``state`` (their origin its position): a
+    :class:`LowRankMoments` for a low-rank root (``num_draws``: the draws the phase sums
+    before the widening), else :class:`Moments`."""
     g = state.whitened_grad
     dim = g.shape[-1]
+    if isinstance(state.sqrt_precond, LowRankSqrt):
+        rank = state.sqrt_precond.basis.shape[-1]
+        rows = jnp.zeros((low_rank_draws(rank, num_draws), dim), g.dtype)
+        zero = jnp.zeros((), g.dtype)
+        origin = ravel(state.position).astype(g.dtype)
+        return LowRankMoments(origin, rows, rows, zero, zero, jnp.zeros((), jnp.int32))
     vector, matrix = jnp.zeros((dim,), g.dtype), jnp.zeros((dim, dim), g.dtype)
     origin = ravel(state.position).astype(g.dtype)
     zero = jnp.zeros((), g.dtype)
     return Moments(origin, vector, matrix, vector, matrix, zero)
 
 
-def moments_update(moments: Moments, state) -> Moments:
-    """The sums with the state's position and whitened gradient added."""
+def moments_update(moments, state, active=True):
+    """The sums with the state's position and whitened gradient added (where
+    ``active``; a :class:`LowRankMoments` writes its row in place either way, so that no
+    branch copies its buffers)."""
+    if isinstance(moments, LowRankMoments):
+        x = ravel(state.position).astype(moments.origin.dtype) - moments.origin
+        g = state.whitened_grad
+        row = moments.count % moments.draws.shape[0]
+        q = jnp.sum(g**2)
+        keep = jnp.asarray(active)
+        return LowRankMoments(
+            moments.origin,
+            moments.draws.at[row].set(jnp.where(keep, x, moments.draws[row])),
+            moments.grads.at[row].set(jnp.where(keep, g, moments.grads[row])),
+            moments.sum_q + jnp.where(keep, q, 0.0),
+            moments.sum_q2 + jnp.where(keep, q**2, 0.0),
+            moments.count + keep.astype(jnp.int32),
+        )
     x = ravel(state.position).astype(moments.sum_x.dtype) - moments.origin
     g = state.whitened_grad
     return Moments(
@@ -149,6 +217,13 @@ def gradient_kurtosis_ratio(moments: Moments, count, xp=jnp):
     gradients of the same second moments ``S`` (``1 + 2 tr(S^2) / tr(S)^2``): near 1
     where the curvature is about the same everywhere, far above where the gradient's size
     varies by orders of magnitude across the draws (a funnel's neck against its mouth)."""
+    if isinstance(moments, LowRankMoments):  # tr(S^2) from the kept gradients' pairs
+        n = xp.asarray(count, moments.sum_q.dtype)
+        trace = moments.sum_q / n
+        gram = moments.grads @ moments.grads.T
+        m = gram.shape[0]
+        pairs = (xp.sum(gram**2) - xp.sum(xp.diagonal(gram) ** 2)) / (m * (m - 1))
+        return moments.sum_q2 / n / trace**2 / (1.0 + 2.0 * pairs / trace**2)
     n = xp.asarray(count, moments.sum_gg.dtype)
     second = moments.sum_gg / n
     trace = xp.trace(second)
@@ -162,6 +237,8 @@ def widened_root(r, whitened_grad, moments: Moments, count, xp=jnp):
     (module docstring), the whitened gradient with it, and the largest variance factor
     applied (1 for none). ``count``: the draws summed; ``xp``: ``jax.numpy``, or
     ``numpy`` on the host (:func:`widen_on_host`)."""
+    if isinstance(r, LowRankSqrt):
+        return _widened_low_rank(r, whitened_grad, moments, count, xp)
     n = xp.asarray(count, moments.sum_x.dtype)
     dim = moments.sum_x.shape[-1]
     mean_x, mean_g = moments.sum_x / n, moments.sum_g / n
@@ -185,6 +262,90 @@ def widened_root(r, whitened_grad, moments: Moments, count, xp=jnp):
         whitened_grad + vectors @ (m * (vectors.T @ whitened_grad)),
         (1.0 + xp.max(m)) ** 2,
     )
+
+
+def _orthonormal(matrix, xp):
+    return xp.linalg.qr(matrix)[0]
+
+
+def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):
+    """:func:`widened_root` of a :class:`LowRankSqrt` from the ``m`` kept draws.
+
+    With ``m`` draws in ``d >> m`` dimensions, the draws' own covariance is far from the
+    posterior's in their span (each draw's direction carries about ``d / m`` of variance),
+    and the geometric mean in the span of the draws and gradients (Seyboldt et al.'s
+    low-rank estimate, nutpie's) finds the loose directions but not their sizes. So the
+    first half of the kept draws chooses the directions (that geometric mean's
+    eigenvectors), and the other half, independent of the choice, measures the variance
+    along each: where it exceeds the Fisher scale by :data:`WIDENING_THRESHOLD`, ``R`` is
+    widened to it. The ``k`` directions farthest from the rest are then kept (the form of
+    :mod:`fisher_mala.low_rank`: a widening weaker than a kept direction's stiffness or
+    looseness gives way to it).
+    """
+    basis, factors = r.basis, r.factors
+    m = moments.draws.shape[0]
+    half = m // 2
+    dim = moments.draws.shape[-1]
+    # R^{-1} x = (I + Q c' Q^T) D^{-1/2} x, c' = 1 / (1 + c) - 1: the draws whitened
+    scaled = moments.draws / r.scale
+    inverse = 1.0 / (1.0 + factors) - 1.0
+    zeta = scaled + ((scaled @ basis) * inverse) @ basis.T
+    chosen, measured = zeta[:half], zeta[half:]
+    chosen = chosen - xp.mean(chosen, axis=0)
+    grads = moments.grads[:half] - xp.mean(moments.grads[:half], axis=0)
+    span = _orthonormal(xp.concatenate([chosen, grads], axis=0).T, xp)  # (d, 2 half)
+    a, b = chosen @ span, grads @ span
+    # where neither the draws nor the gradients reach: a tiny ridge, in place of the zero
+    # eigenvalues of the chosen draws' covariances
+    ridge = xp.eye(span.shape[1], dtype=a.dtype) * xp.sqrt(xp.finfo(a.dtype).eps)
+    mean = geometric_mean(a.T @ a / half + ridge, b.T @ b / half + ridge, xp)
+    _, vectors = xp.linalg.eigh(0.5 * (mean + mean.T))
+    vectors = xp.where(xp.isfinite(vectors), vectors, 0.0)
+    directions = span @ vectors  # (d, 2 half), orthonormal
+    variance = xp.var(measured @ directions, axis=0, ddof=1)
+    n = xp.asarray(count, moments.sum_q.dtype)
+    fisher_scale = dim * n / moments.sum_q
+    allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
+    # A measured variance is a chi-square of m - half - 1 degrees of freedom: widened only
+    # where even its lower two-sigma bound is above the Fisher scale.
+    spread = 2.0 * np.sqrt(2.0 / (m - half - 1))
+    ratio = variance / fisher_scale
+    extra = _multipliers(ratio, allowed & (ratio * (1.0 - spread) > 1.0), xp)
+    widened, g = low_rank_widened(r, directions, extra, whitened_grad, xp)
+    return widened, g, (1.0 + xp.max(extra)) ** 2
+
+
+def low_rank_widened(r: LowRankSqrt, directions, extra, whitened_grad, xp=jnp):
+    """``(R', R'^T g)``: a rank-``k`` :class:`LowRankSqrt` ``R'`` with ``R' R'^T = R (I + V
+    diag(m) V^T)^2 R^T`` (``V`` = ``directions``, orthonormal columns; ``m`` = ``extra``)
+    where that has at most ``k`` directions away from the rest, else its ``k`` farthest
+    from it (log scale), and the whitened gradient ``R'^T g`` of the state whose ``R^T g``
+    is ``whitened_grad``.
+
+    In ``D``-scaled coordinates ``R R^T = S^2``, ``S = I + Q diag(c) Q^T``, and the widened
+    operator ``S (I + V diag((1 + m)^2 - 1) V^T) S`` is the identity outside ``span[Q,
+    V]``: its eigenpairs there give ``Q'`` and ``c'``.
+    """
+    basis, factors = r.basis, r.factors
+    around = _orthonormal(xp.concatenate([basis, directions], axis=1), xp)
+
+    def apply(q, f, v):
+        return v + q @ (f[:, None] * (q.T @ v))
+
+    image = apply(basis, factors, around)
+    image = apply(directions, (1.0 + extra) ** 2 - 1.0, image)
+    image = apply(basis, factors, image)
+    local = around.T @ image
+    lam, local_vectors = xp.linalg.eigh(0.5 * (local + local.T))
+    lam = xp.maximum(lam, xp.finfo(lam.dtype).tiny)
+    keep = xp.argsort(-xp.abs(xp.log(lam)))[: basis.shape[-1]]
+    new_basis = around @ local_vectors[:, keep]
+    new_factors = xp.sqrt(lam[keep]) - 1.0
+    # R'^T g = S' D^{1/2} g and g = D^{-1/2} S^{-1} R^T g: S' S^{-1} applied to R^T g
+    inverse = 1.0 / (1.0 + factors) - 1.0
+    g = whitened_grad + basis @ (inverse * (basis.T @ whitened_grad))
+    g = g + new_basis @ (new_factors * (new_basis.T @ g))
+    return LowRankSqrt(r.scale, new_basis, new_factors), g
 
 
 def widen(state, moments: Moments, count):

@@ -156,7 +156,7 @@ def _dual_averaging(tuning, rng_key, state, da, num_steps, offset, progress, pri
     """
     start = (state, da, *_sums(state))
     if widen_iteration is not None:
-        moments = geometric_widening.moments_init(state)
+        moments = geometric_widening.moments_init(state, widen_iteration - offset)
         start = (*start, moments, jnp.asarray(widen_iteration, jnp.int32))
     phase = _step_size_phase(tuning, state, num_steps, prior_weight, widen_iteration is not None)
     carry, info, _ = iterate(phase, rng_key, start, num_steps, offset, progress)
@@ -213,7 +213,10 @@ def _step_size_phase(
         def add(moments):
             return geometric_widening.moments_update(moments, state)
 
-        moments = jax.lax.cond(iteration < at, add, lambda m: m, moments)
+        if isinstance(moments, geometric_widening.LowRankMoments):  # rows written in place
+            moments = geometric_widening.moments_update(moments, state, iteration < at)
+        else:
+            moments = jax.lax.cond(iteration < at, add, lambda m: m, moments)
 
         def widened(parts):
             return widen_and_restart(tuning, *parts, moments, widen)
@@ -349,10 +352,11 @@ class TuningCarry(NamedTuple):
     widen_iteration: Any = None
 
 
-def tuning_start(tuning, fisher_state, metric, widen_iteration=None) -> TuningCarry:
+def tuning_start(tuning, fisher_state, metric, widen_iteration=None, widen_at=None) -> TuningCarry:
     """The carry at the start of the step-size phase (``fisher_state``: the Fisher phase's
     final state; ``widen_iteration``: where ``R`` is widened, counted from the start of
-    the warm-up, as :func:`tune_step_size`'s ``offset + widen_at``)."""
+    the warm-up, as :func:`tune_step_size`'s ``offset + widen_at``; ``widen_at`` counted
+    from the start of this phase: the draws the widening sees)."""
     dim = fisher_state.whitened_grad.shape[-1]
     initial = initial_leapfrog_step(fisher_state, dim)
     state = hand_over(fisher_state, metric, ravel(fisher_state.logdensity_grad))
@@ -362,7 +366,7 @@ def tuning_start(tuning, fisher_state, metric, widen_iteration=None) -> TuningCa
     if widen_iteration is None:
         return carry
     return carry._replace(
-        moments=geometric_widening.moments_init(state),
+        moments=geometric_widening.moments_init(state, widen_at),
         widen_iteration=jnp.asarray(widen_iteration, jnp.int32),
     )
 

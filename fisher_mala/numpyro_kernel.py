@@ -436,7 +436,8 @@ def _fisher_phase(warmup, rng_key, params, num_steps: int, evaluated=None):
             raise AssertionError("the Fisher phase under jit runs its full length")
         widen_at = warmup.widen_at(num_tune, fisher_state, plateau)
         widen_iteration = None if widen_at is None else num_fisher + widen_at
-        return tuning_start(warmup.tuning_for(plateau), fisher_state, metric, widen_iteration)
+        tuning = warmup.tuning_for(plateau)
+        return tuning_start(tuning, fisher_state, metric, widen_iteration, widen_at)
 
     return warmup.staged_run(call, params, num_steps)
 

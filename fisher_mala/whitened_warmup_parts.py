@@ -51,13 +51,13 @@ class WarmupInParts:
 
     def tuning_start(
         self, rng_key, fisher_state, num_steps, progress, offset, metric, plateau=False,
-        widen_iteration=None,
+        widen_iteration=None, widen_at=None,
     ):  # fmt: skip
         """The step-size phase's carry after the Fisher phase's final ``fisher_state``
-        (``widen_iteration``: where ``R`` is widened, see
+        (``widen_iteration``, ``widen_at``: where ``R`` is widened, see
         :func:`~fisher_mala.leapfrog_tuning.tuning_start`)."""
         tuning = self.tuning_for(plateau)
-        return leapfrog_tuning.tuning_start(tuning, fisher_state, metric, widen_iteration)
+        return leapfrog_tuning.tuning_start(tuning, fisher_state, metric, widen_iteration, widen_at)
 
     def tuning_advance(self, rng_key, carry, num_steps, progress, offset, num, plateau=False):
         """``num`` iterations of the step-size phase from warm-up iteration ``offset``."""
@@ -171,7 +171,7 @@ class WarmupInParts:
         num_tune = self.tuning_steps(num_steps, num_fisher, settled)
         widen_at = self.widen_at(num_tune, fisher_state, plateau)
         widen_iteration = None if widen_at is None else num_fisher + widen_at
-        carry = call("tuning_start", fisher_state, 0, metric, plateau, widen_iteration)
+        carry = call("tuning_start", fisher_state, 0, metric, plateau, widen_iteration, widen_at)
         tree = {"finfo": info, "carry": carry, "info": None}
         meta = {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
         return tree, {**meta, "plateau": plateau}
