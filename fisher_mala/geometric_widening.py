@@ -17,7 +17,10 @@ then linear in the position: ``M`` is the covariance. Where ``M`` exceeds the Fi
 ``M``'s eigenvectors to ``M``'s variance, ``R <- R (I + V diag(sqrt(mu / c) - 1) V^T)``,
 and the step size is tuned again in the phase's second half. Directions within the
 threshold keep the Fisher metric untouched (bit for bit: the chain is then the one of an
-unsplit phase). Nothing is widened in a funnel, whose gradients' sizes vary by orders of
+unsplit phase). A low-rank ``R`` (:class:`~fisher_mala.square_roots.LowRankSqrt`) keeps
+the half's last draws instead of ``d x d`` sums (:class:`LowRankMoments`): half of them
+choose the directions, half measure them (:func:`_widened_low_rank`). Nothing is widened
+in a funnel, whose gradients' sizes vary by orders of
 magnitude across the draws (:func:`gradient_kurtosis_ratio` above
 :data:`WIDENING_MAX_KURTOSIS_RATIO`): no one metric fits it, and a wider one sends the
 trajectories into its neck with a step too large there.

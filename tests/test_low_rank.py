@@ -320,3 +320,31 @@ def test_fisher_nuts_with_rank_widens_the_loose_directions_its_fisher_phase_miss
     assert np.all(widened > 2.0 * unwidened), (widened, unwidened)
     gain = np.exp(np.mean(np.log(widened)) - np.mean(np.log(unwidened)))
     assert gain > 4.0, gain
+
+
+def test_fisher_nuts_with_rank_in_checkpointed_parts_is_the_same_chain(tmp_path):
+    """The low-rank widening's kept draws go through a checkpointed run's parts (the
+    widening inside one of them): the same draws as one call, which the widening
+    changed."""
+    from fisher_mala import geometric_widening
+
+    sigma, _, rng = _diag_plus_low_rank(dim=50, seed=3)
+    with jax.enable_x64(True):
+        precision = jnp.asarray(np.linalg.inv(sigma))
+        x0 = jnp.asarray(rng.normal(size=(2, 50)))
+
+        def run(**options):
+            return fm.sample(jax.random.key(1), "fisher_nuts", lambda x: -0.5 * x @ precision @ x,
+                             x0, num_warmup=1500, num_samples=200, rank=4, diagnose=False,
+                             **options)  # fmt: skip
+
+        whole = run()
+        parts = run(checkpoint=tmp_path / "run", checkpoint_every=40)
+        np.testing.assert_array_equal(np.asarray(parts.samples), np.asarray(whole.samples))
+        threshold = geometric_widening.WIDENING_THRESHOLD
+        geometric_widening.WIDENING_THRESHOLD = np.inf
+        try:
+            unwidened = run()
+        finally:
+            geometric_widening.WIDENING_THRESHOLD = threshold
+    assert not np.array_equal(np.asarray(unwidened.samples), np.asarray(whole.samples))
