@@ -38,6 +38,7 @@ from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
 __all__ = [
     "LOW_RANK_DRAWS_PER_RANK",
     "LOW_RANK_MAX_DRAWS",
+    "LOW_RANK_MIN_AGREEMENT",
     "LowRankMoments",
     "low_rank_draws",
     "low_rank_widened",
@@ -85,10 +86,24 @@ WIDENING_MIN_EXTRA_DRAWS = 16
 #: ``benchmarks.low_rank_race``'s Gaussian (``d = 1000``, four directions 20 to 100 times
 #: looser than the diagonal) rank-8 Fisher NUTS's min ESS per gradient was 3.3e-3
 #: without the widening, 2.4e-2 with m = 64, 4.0e-2 with 128 and 6.5e-2 with 192 (dense
-#: Fisher NUTS: 8.0e-2).
+#: Fisher NUTS: 8.0e-2), before the halves' agreement check (:data:`LOW_RANK_MIN_AGREEMENT`).
 LOW_RANK_DRAWS_PER_RANK = 24
 LOW_RANK_MAX_DRAWS = 192
 LOW_RANK_MIN_DRAWS = 32
+#: Share of a chosen direction that the directions the other half of the kept draws
+#: finds loose must hold for it to be widened (``|P v|^2``; for two noisy estimates of a
+#: direction ``u`` it is about the square of each one's overlap with ``u``). Widening a
+#: direction ``v`` that holds a share ``a^2`` of a loose ``u`` (variance ``l`` times the
+#: rest) to its variance along ``v`` widens the ordinary part of ``v`` too: in two
+#: dimensions that worsens the condition number unless ``a^2`` is about 0.7 or more (for
+#: ``l`` from 5 to 100). In ``d`` dimensions the other directions the widening spares
+#: make up for part of it: on ``benchmarks.low_rank_race``'s latent Gaussian process,
+#: rank-8 Fisher NUTS's min ESS per gradient was 1.44e-2 with no such check, 1.33e-2 with
+#: 0.4 and 1.03e-2 with 0.7. The check is for large ``d``, where the halves' estimates
+#: hold little of the loose directions (a Gaussian of ``d = 10^4`` with four directions
+#: 20 to 100 times looser: overlaps of 0.1 to 0.9, and agreements that follow them; at
+#: ``d = 1000``, 0.98 to 0.99).
+LOW_RANK_MIN_AGREEMENT = 0.4
 
 
 def low_rank_draws(rank: int, num_draws: int | None = None) -> int:
@@ -271,6 +286,25 @@ def _orthonormal(matrix, xp):
     return xp.linalg.qr(matrix)[0]
 
 
+def _low_rank_candidates(chosen, grads, measured, xp):
+    """``(directions, variance)``: the eigenvectors of the geometric mean of the chosen
+    draws' and gradients' covariances in the span of both (``(d, 2 h)``, orthonormal), and
+    the variance of the ``measured`` draws along each."""
+    half = chosen.shape[0]
+    chosen = chosen - xp.mean(chosen, axis=0)
+    grads = grads - xp.mean(grads, axis=0)
+    span = _orthonormal(xp.concatenate([chosen, grads], axis=0).T, xp)  # (d, 2 half)
+    a, b = chosen @ span, grads @ span
+    # where neither the draws nor the gradients reach: a tiny ridge, in place of the zero
+    # eigenvalues of the chosen draws' covariances
+    ridge = xp.eye(span.shape[1], dtype=a.dtype) * xp.sqrt(xp.finfo(a.dtype).eps)
+    mean = geometric_mean(a.T @ a / half + ridge, b.T @ b / half + ridge, xp)
+    _, vectors = xp.linalg.eigh(0.5 * (mean + mean.T))
+    vectors = xp.where(xp.isfinite(vectors), vectors, 0.0)
+    directions = span @ vectors
+    return directions, xp.var(measured @ directions, axis=0, ddof=1)
+
+
 def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):
     """:func:`widened_root` of a :class:`LowRankSqrt` from the ``m`` kept draws.
 
@@ -281,9 +315,10 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     first half of the kept draws chooses the directions (that geometric mean's
     eigenvectors), and the other half, independent of the choice, measures the variance
     along each: where it exceeds the Fisher scale by :data:`WIDENING_THRESHOLD`, ``R`` is
-    widened to it. The ``k`` directions farthest from the rest are then kept (the form of
-    :mod:`fisher_mala.low_rank`: a widening weaker than a kept direction's stiffness or
-    looseness gives way to it).
+    widened to it, if the second half, choosing in turn, agrees on the direction
+    (:data:`LOW_RANK_MIN_AGREEMENT`). The ``k`` directions farthest from the rest are then
+    kept (the form of :mod:`fisher_mala.low_rank`: a widening weaker than a kept
+    direction's stiffness or looseness gives way to it).
     """
     basis, factors = r.basis, r.factors
     m = moments.draws.shape[0]
@@ -293,27 +328,26 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     scaled = moments.draws / r.scale
     inverse = 1.0 / (1.0 + factors) - 1.0
     zeta = scaled + ((scaled @ basis) * inverse) @ basis.T
-    chosen, measured = zeta[:half], zeta[half:]
-    chosen = chosen - xp.mean(chosen, axis=0)
-    grads = moments.grads[:half] - xp.mean(moments.grads[:half], axis=0)
-    span = _orthonormal(xp.concatenate([chosen, grads], axis=0).T, xp)  # (d, 2 half)
-    a, b = chosen @ span, grads @ span
-    # where neither the draws nor the gradients reach: a tiny ridge, in place of the zero
-    # eigenvalues of the chosen draws' covariances
-    ridge = xp.eye(span.shape[1], dtype=a.dtype) * xp.sqrt(xp.finfo(a.dtype).eps)
-    mean = geometric_mean(a.T @ a / half + ridge, b.T @ b / half + ridge, xp)
-    _, vectors = xp.linalg.eigh(0.5 * (mean + mean.T))
-    vectors = xp.where(xp.isfinite(vectors), vectors, 0.0)
-    directions = span @ vectors  # (d, 2 half), orthonormal
-    variance = xp.var(measured @ directions, axis=0, ddof=1)
+    first, second = zeta[:half], zeta[half : 2 * half]
+    grads_first, grads_second = moments.grads[:half], moments.grads[half : 2 * half]
+    directions, variance = _low_rank_candidates(first, grads_first, second, xp)
+    others, other_variance = _low_rank_candidates(second, grads_second, first, xp)
     n = xp.asarray(count, moments.sum_q.dtype)
     fisher_scale = dim * n / moments.sum_q
     allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
-    # A measured variance is a chi-square of m - half - 1 degrees of freedom: widened only
-    # where even its lower two-sigma bound is above the Fisher scale.
-    spread = 2.0 * np.sqrt(2.0 / (m - half - 1))
-    ratio = variance / fisher_scale
-    extra = _multipliers(ratio, allowed & (ratio * (1.0 - spread) > 1.0), xp)
+    # A measured variance is a chi-square of half - 1 degrees of freedom: a direction
+    # counts only where even its lower two-sigma bound is above the Fisher scale.
+    spread = 2.0 * np.sqrt(2.0 / (half - 1))
+
+    def loose(variance):
+        ratio = variance / fisher_scale
+        return ratio, (ratio > WIDENING_THRESHOLD) & (ratio * (1.0 - spread) > 1.0)
+
+    ratio, found = loose(variance)
+    _, found_again = loose(other_variance)
+    agreement = xp.sum((others.T @ directions) ** 2 * found_again[:, None], axis=0)
+    widen = allowed & found & (agreement >= LOW_RANK_MIN_AGREEMENT)
+    extra = _multipliers(ratio, widen, xp)
     widened, g = low_rank_widened(r, directions, extra, whitened_grad, xp)
     return widened, g, (1.0 + xp.max(extra)) ** 2
 
