@@ -86,9 +86,11 @@ WIDENING_MIN_EXTRA_DRAWS = 16
 #: ``benchmarks.low_rank_race``'s Gaussian (``d = 1000``, four directions 20 to 100 times
 #: looser than the diagonal) rank-8 Fisher NUTS's min ESS per gradient was 3.3e-3
 #: without the widening, 2.4e-2 with m = 64, 4.0e-2 with 128 and 6.5e-2 with 192 (dense
-#: Fisher NUTS: 8.0e-2), before the halves' agreement check (:data:`LOW_RANK_MIN_AGREEMENT`).
-LOW_RANK_DRAWS_PER_RANK = 24
-LOW_RANK_MAX_DRAWS = 192
+#: Fisher NUTS: 8.0e-2), before the halves' agreement check (:data:`LOW_RANK_MIN_AGREEMENT`);
+#: with the check, 6.2e-2 with 192 and 7.0e-2 with 234 (the race's step-size phase holds
+#: 250 draws before the widening), and on its latent Gaussian process 1.3e-2 and 2.2e-2.
+LOW_RANK_DRAWS_PER_RANK = 32
+LOW_RANK_MAX_DRAWS = 256
 LOW_RANK_MIN_DRAWS = 32
 #: Share of a chosen direction that the directions the other half of the kept draws
 #: finds loose must hold for it to be widened (``|P v|^2``; for two noisy estimates of a

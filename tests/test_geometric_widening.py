@@ -333,10 +333,10 @@ def _kept_draws(x, whitened_grads, root):
 
 @pytest.mark.parametrize("loose", [True, False])
 def test_low_rank_widening_finds_loose_directions_and_leaves_a_fitting_metric(loose):
-    """192 independent draws of a Gaussian in d = 300 seen through R = I (a rank-8 root
-    with zero factors): four directions 100, 50, 30 and 20 times looser are widened to
-    within 30% of their variance (85, 43, 32, 22), ordinary directions stay within 10% of 1
-    (2% here); on a standard Gaussian nothing is widened (factor 1)."""
+    """``LOW_RANK_MAX_DRAWS`` independent draws of a Gaussian in d = 300 seen through R = I
+    (a rank-8 root with zero factors): four directions 100, 50, 30 and 20 times looser
+    are widened to within 30% of their variance, ordinary directions stay within 10% of 1;
+    on a standard Gaussian nothing is widened (factor 1)."""
     with jax.enable_x64(True):
         rng = np.random.default_rng(6)
         dim, m = 300, gw.LOW_RANK_MAX_DRAWS
