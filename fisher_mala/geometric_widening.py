@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fisher_mala.low_rank import _apply, _inverse_factors
 from fisher_mala.pytree import ravel
 from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
 
@@ -164,15 +165,13 @@ def moments_init(state, num_draws: int | None = None):
     before the widening), else :class:`Moments`."""
     g = state.whitened_grad
     dim = g.shape[-1]
+    origin = ravel(state.position).astype(g.dtype)
+    zero = jnp.zeros((), g.dtype)
     if isinstance(state.sqrt_precond, LowRankSqrt):
         rank = state.sqrt_precond.basis.shape[-1]
         rows = jnp.zeros((low_rank_draws(rank, num_draws), dim), g.dtype)
-        zero = jnp.zeros((), g.dtype)
-        origin = ravel(state.position).astype(g.dtype)
         return LowRankMoments(origin, rows, rows, zero, zero, jnp.zeros((), jnp.int32))
     vector, matrix = jnp.zeros((dim,), g.dtype), jnp.zeros((dim, dim), g.dtype)
-    origin = ravel(state.position).astype(g.dtype)
-    zero = jnp.zeros((), g.dtype)
     return Moments(origin, vector, matrix, vector, matrix, zero)
 
 
@@ -322,14 +321,13 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     kept (the form of :mod:`fisher_mala.low_rank`: a widening weaker than a kept
     direction's stiffness or looseness gives way to it).
     """
-    basis, factors = r.basis, r.factors
+    basis = r.basis
     m = moments.draws.shape[0]
     half = m // 2
     dim = moments.draws.shape[-1]
     # R^{-1} x = (I + Q c' Q^T) D^{-1/2} x, c' = 1 / (1 + c) - 1: the draws whitened
     scaled = moments.draws / r.scale
-    inverse = 1.0 / (1.0 + factors) - 1.0
-    zeta = scaled + ((scaled @ basis) * inverse) @ basis.T
+    zeta = scaled + ((scaled @ basis) * _inverse_factors(r)) @ basis.T
     first, second = zeta[:half], zeta[half : 2 * half]
     grads_first, grads_second = moments.grads[:half], moments.grads[half : 2 * half]
     directions, variance = _low_rank_candidates(first, grads_first, second, xp)
@@ -367,13 +365,9 @@ def low_rank_widened(r: LowRankSqrt, directions, extra, whitened_grad, xp=jnp):
     """
     basis, factors = r.basis, r.factors
     around = _orthonormal(xp.concatenate([basis, directions], axis=1), xp)
-
-    def apply(q, f, v):
-        return v + q @ (f[:, None] * (q.T @ v))
-
-    image = apply(basis, factors, around)
-    image = apply(directions, (1.0 + extra) ** 2 - 1.0, image)
-    image = apply(basis, factors, image)
+    image = _apply(basis, factors, around)
+    image = _apply(directions, (1.0 + extra) ** 2 - 1.0, image)
+    image = _apply(basis, factors, image)
     local = around.T @ image
     lam, local_vectors = xp.linalg.eigh(0.5 * (local + local.T))
     lam = xp.maximum(lam, xp.finfo(lam.dtype).tiny)
@@ -381,9 +375,8 @@ def low_rank_widened(r: LowRankSqrt, directions, extra, whitened_grad, xp=jnp):
     new_basis = around @ local_vectors[:, keep]
     new_factors = xp.sqrt(lam[keep]) - 1.0
     # R'^T g = S' D^{1/2} g and g = D^{-1/2} S^{-1} R^T g: S' S^{-1} applied to R^T g
-    inverse = 1.0 / (1.0 + factors) - 1.0
-    g = whitened_grad + basis @ (inverse * (basis.T @ whitened_grad))
-    g = g + new_basis @ (new_factors * (new_basis.T @ g))
+    g = _apply(basis, _inverse_factors(r), whitened_grad)
+    g = _apply(new_basis, new_factors, g)
     return LowRankSqrt(r.scale, new_basis, new_factors), g
 
 

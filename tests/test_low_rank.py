@@ -276,7 +276,9 @@ def test_d_20000_runs_in_o_dk_and_learns_the_scales():
     assert 0.7 < np.median(ratio) < 1.3
 
 
-def test_fisher_nuts_with_rank_widens_the_loose_directions_its_fisher_phase_missed():
+def test_fisher_nuts_with_rank_widens_the_loose_directions_its_fisher_phase_missed(
+    monkeypatch,
+):
     """A short warm-up (1500 iterations at d = 200): MALA's Fisher phase has not yet moved
     along the two loose directions (100 and 30 times the diagonal), and the low-rank
     widening of the step-size phase (``geometric_widening.LowRankMoments``) brings ``A``'s
@@ -310,19 +312,15 @@ def test_fisher_nuts_with_rank_widens_the_loose_directions_its_fisher_phase_miss
             return np.array(out)
 
         widened = relative()
-        threshold = geometric_widening.WIDENING_THRESHOLD
-        geometric_widening.WIDENING_THRESHOLD = np.inf
-        try:
-            unwidened = relative()
-        finally:
-            geometric_widening.WIDENING_THRESHOLD = threshold
+        monkeypatch.setattr(geometric_widening, "WIDENING_THRESHOLD", np.inf)
+        unwidened = relative()
     # unwidened 0.02-0.10 (R far too narrow there); widened 0.12-1.2, every chain
     assert np.all(widened > 2.0 * unwidened), (widened, unwidened)
     gain = np.exp(np.mean(np.log(widened)) - np.mean(np.log(unwidened)))
     assert gain > 4.0, gain
 
 
-def test_fisher_nuts_with_rank_in_checkpointed_parts_is_the_same_chain(tmp_path):
+def test_fisher_nuts_with_rank_in_checkpointed_parts_is_the_same_chain(tmp_path, monkeypatch):
     """The low-rank widening's kept draws go through a checkpointed run's parts (the
     widening inside one of them): the same draws as one call, which the widening
     changed."""
@@ -341,10 +339,6 @@ def test_fisher_nuts_with_rank_in_checkpointed_parts_is_the_same_chain(tmp_path)
         whole = run()
         parts = run(checkpoint=tmp_path / "run", checkpoint_every=40)
         np.testing.assert_array_equal(np.asarray(parts.samples), np.asarray(whole.samples))
-        threshold = geometric_widening.WIDENING_THRESHOLD
-        geometric_widening.WIDENING_THRESHOLD = np.inf
-        try:
-            unwidened = run()
-        finally:
-            geometric_widening.WIDENING_THRESHOLD = threshold
+        monkeypatch.setattr(geometric_widening, "WIDENING_THRESHOLD", np.inf)
+        unwidened = run()
     assert not np.array_equal(np.asarray(unwidened.samples), np.asarray(whole.samples))
