@@ -146,12 +146,16 @@ def _whitened_sampling_kernel(algorithm: str) -> Callable:
         max_num_doublings=10,
         num_integration_steps=None,
         divergence_threshold=1000.0,
-        robust_uturn=True,
+        robust_uturn="auto",
         **options,
     ):
+        # "auto": the checks across subtrees, unless the warm-up chose otherwise (it passes
+        # its choice here: `FisherHMCWarmup.sampling_options`)
+        whitened_hmc.check_robust_uturn(robust_uturn)
         kernel = whitened_hmc.build_kernel(
-            algorithm, divergence_threshold=divergence_threshold, robust_uturn=robust_uturn
-        )
+            algorithm, divergence_threshold=divergence_threshold,
+            robust_uturn=robust_uturn is not False,
+        )  # fmt: skip
 
         def one(key, state, step_size):
             return kernel(

@@ -439,8 +439,10 @@ class _Plan(NamedTuple):
     options: dict
     custom: bool = False  # a user's SamplingAlgorithm: burn-in without adaptation
 
-    def kernels(self, logdensity):
-        """The warm-up and the sampling step for ``logdensity``.
+    def kernels(self, logdensity, chosen=None):
+        """The warm-up and the sampling step for ``logdensity``; ``chosen``: options of
+        the sampling step that the warm-up chose (its ``sampling_options``), over the
+        user's.
 
         Also called while the loops are traced (with the data bound): the options' checks
         (e.g. a schedule probed at a few iterations) then still run eagerly.
@@ -448,7 +450,7 @@ class _Plan(NamedTuple):
         with jax.ensure_compile_time_eval():
             return (
                 self.spec.warmup(logdensity, **self.options),
-                self.spec.sampling_kernel(logdensity, **self.options),
+                self.spec.sampling_kernel(logdensity, **{**self.options, **(chosen or {})}),
             )
 
     def grad_evals_per_step(self, dim: int):
@@ -585,6 +587,7 @@ class _Run:
     checkpoint: Any = None  # a fisher_mala.run_checkpoint.RunCheckpoint
     failed: Any = None  # (sum of the non-finite proposals, their count), per chain
     used_target_acceptance: float | None = None  # what a staged warm-up aimed at
+    sampling_options: dict | None = None  # the sampling step's options the warm-up chose
 
     def warmup(self, data):
         return self.plan.kernels(_bind(self.logdensity_fn, data))[0]
@@ -641,6 +644,7 @@ class _Run:
 
         out = warmup.staged_run(call, positions, self.num_warmup, on_host)
         self.used_target_acceptance = warmup.used_target_acceptance
+        self.sampling_options = getattr(warmup, "sampling_options", None)
         return out, sum(compile_seconds), sum(run_seconds)
 
     def sampling(self, one_state: bool, num: int):
@@ -648,7 +652,7 @@ class _Run:
         (pooled), or per chain."""
 
         def draws(key, state, params, data, start):
-            step = self.plan.kernels(_bind(self.logdensity_fn, data))[1]
+            step = self.plan.kernels(_bind(self.logdensity_fn, data), self.sampling_options)[1]
             return _draws_of(
                 step, key, state, params, num, self.thinning, self.grad_evals_per_step,
                 self.bars[1], start, self.keep,
@@ -872,6 +876,7 @@ def _warm_up_segmented(run: "_Run", keys, positions, data, saved):
     every = run.checkpoint.every
     out = warmup.segmented_run(call, positions, run.num_warmup, every, saved, save, on_host)
     run.used_target_acceptance = warmup.used_target_acceptance
+    run.sampling_options = getattr(warmup, "sampling_options", None)
     return out, seconds["compile"], seconds["run"]
 
 

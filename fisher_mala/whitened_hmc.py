@@ -60,6 +60,7 @@ __all__ = [
     "FisherHMCState",
     "FisherHMCInfo",
     "require_blackjax",
+    "check_robust_uturn",
     "Whitened",
     "whiten",
     "init",
@@ -71,6 +72,16 @@ __all__ = [
 
 #: The BlackJAX transitions that can run in whitened coordinates.
 ALGORITHMS = ("nuts", "hmc")
+
+
+def check_robust_uturn(robust_uturn) -> None:
+    """``robust_uturn`` as NUTS's U-turn option takes it: ``True`` (the checks across
+    subtrees), ``False`` (BlackJAX's criterion) or, for a warm-up, ``"auto"`` (its choice)."""
+    auto = isinstance(robust_uturn, str) and robust_uturn == "auto"
+    if not (isinstance(robust_uturn, bool) or auto):
+        raise TypeError(f"`robust_uturn` must be True, False or 'auto', got {robust_uturn!r}.")
+
+
 #: Dual-averaging target of NUTS and HMC (Stan's and BlackJAX's default).
 NUTS_TARGET_ACCEPTANCE = 0.8
 #: Fisher HMC's integration time in whitened coordinates: pi / 2, a quarter period of

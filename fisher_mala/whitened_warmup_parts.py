@@ -178,7 +178,7 @@ class WarmupInParts:
 
     def _tune_in_parts(self, call, num_steps, every, tree, meta, save):
         """The step-size phase from ``tree`` (:meth:`_to_tuning`) in parts of ``every``."""
-        self.used_target_acceptance = self.tuning_target(meta.get("plateau", False))
+        self.chose_after(meta.get("plateau", False))
         if meta["stage"] == "done":
             return tree["out"]
         finfo = tree["finfo"]

@@ -216,6 +216,39 @@ def test_a_phase_ended_on_a_plateau_tunes_towards_the_plateau_target(
     assert out[1].acceptance_rate.shape == (done,)
     assert tuned == [("dense", True, plateau)]
     assert warm.used_target_acceptance == target
+    # robust_uturn="auto": BlackJAX's U-turn criterion after a plateau (in the step-size
+    # phase, and for the draws through the sampling options), the checks otherwise
+    assert warm.sampling_options == {"robust_uturn": not plateau}
+    assert warm.tuning_for(plateau).kernel is not warm.tuning_for(not plateau).kernel
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_robust_uturn_given_holds_after_a_plateau(given):
+    warm = fm.whitened_warmup.FisherHMCWarmup(
+        lambda x: -jnp.sum(x**2), metric="dense", robust_uturn=given
+    )
+    assert warm.robust_for(True) is given and warm.robust_for(False) is given
+    warm.chose_after(True)
+    assert warm.sampling_options == {"robust_uturn": given}
+
+
+def test_after_a_plateau_fisher_nuts_draws_with_blackjax_uturn_criterion(monkeypatch):
+    """fm.sample's draws after a Fisher phase the stopping rule ended on a plateau (a
+    stand-in verdict here) are those of ``robust_uturn=False``, bit for bit: the step-size
+    phase and the draws both use BlackJAX's criterion."""
+    monkeypatch.setattr(
+        fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: "plateau"
+    )
+    target = fm.targets.gaussian("scaled4", np.zeros(4), np.diag([0.1, 1.0, 3.0, 10.0]))
+    x0 = target.initial_positions(jax.random.key(0), 2)
+
+    def run(**options):
+        return fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
+                         num_warmup=1500, num_samples=200, diagnose=False, **options)  # fmt: skip
+
+    auto, blackjax = run(), run(robust_uturn=False)
+    assert auto.target_acceptance == fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE
+    np.testing.assert_array_equal(np.asarray(auto.samples), np.asarray(blackjax.samples))
 
 
 def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
