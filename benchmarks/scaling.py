@@ -3,6 +3,7 @@
     python -m benchmarks.scaling --dims 1000,2000,4000,8000,16000,32000   # one device
     python -m benchmarks.scaling --devices 1,2,4,8                        # simulated devices
     python -m benchmarks.scaling --low-rank 1000,10000,100000,1000000 --ranks 8,32,128
+    python -m benchmarks.scaling --low-rank-widening 1000,10000,100000,1000000 --ranks 8,32,128
     python -m benchmarks.scaling --write-docs     # the tables of docs/large_problems.md
 
 Each cell times ``--steps`` adaptive FisherMALA iterations (Algorithm 1's kernel, one
@@ -32,6 +33,9 @@ chain, float32, on the standard Gaussian in ``d`` dimensions, for each ``k`` of
 learner's update, its cycle's refresh amortized) and the compiled program's memory (the
 chain's state, ``12 d k`` numbers of the learner and ``O(d)`` more, and XLA's temporaries):
 per chain, since the chains of ``fm.sample`` each have their own.
+``--low-rank-widening`` adds, for the same ``(d, k)``, the memory of the step-size phase's
+low-rank widening (:mod:`fisher_mala.geometric_widening`): the kept draws and whitened
+gradients (``2 m d`` numbers) and the compiled widening's program, compiled, not run.
 """
 
 import argparse
@@ -226,6 +230,70 @@ def low_rank_cell(dim: int, rank: int, steps: int) -> dict:
     }
 
 
+def low_rank_widening_cell(dim: int, rank: int) -> dict:
+    """The memory of the step-size phase's low-rank widening (one chain, float32): the
+    kept draws and whitened gradients (:class:`~fisher_mala.geometric_widening.
+    LowRankMoments`, ``m`` rows each) and the compiled widening's program (XLA's memory
+    analysis: its arguments, outputs and temporaries), compiled, not run."""
+    import jax
+    import jax.numpy as jnp
+
+    from fisher_mala import geometric_widening as gw
+    from fisher_mala import low_rank
+    from fisher_mala.whitened_hmc import FisherHMCState
+
+    def arguments():
+        root = low_rank.init(jax.random.key(0), dim, jnp.float32, rank).sqrt_precond
+        x = jnp.zeros((dim,), jnp.float32)
+        state = FisherHMCState(x, jnp.zeros((), jnp.float32), x, root)
+        return state, gw.moments_init(state, 100_000)  # a long phase: the most draws kept
+
+    state, moments = jax.eval_shape(arguments)  # shapes only: nothing allocated
+    rows = moments.draws.shape[0]
+
+    def widen(state, moments):
+        return gw.widen(state, moments, rows)
+
+    start = time.perf_counter()
+    compiled = jax.jit(widen).lower(state, moments).compile()
+    compile_s = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    program = None
+    if memory is not None:
+        program = int(
+            memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+        )
+    return {
+        "problem": "low_rank_widening",
+        "dim": dim,
+        "rank": rank,
+        "kept_draws": rows,
+        "moments_bytes": 4 * 2 * rows * dim,
+        "program_bytes": program,
+        "compile_s": compile_s,
+        "device_kind": jax.devices()[0].device_kind,
+        "platform": jax.default_backend(),
+        "jax": jax.__version__,
+    }
+
+
+def run_low_rank_widening(dims, ranks) -> None:
+    """Every ``(d, k)`` widening cell not cached yet (one process)."""
+    import jax
+
+    kind = jax.default_backend() if jax.default_backend() == "cpu" else jax.devices()[0].device_kind
+    for rank in ranks:
+        for dim in dims:
+            path = RESULTS / kind.replace(" ", "_") / f"low_rank_widening_d{dim}_k{rank}.json"
+            if path.exists():
+                continue
+            record = low_rank_widening_cell(dim, rank)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, indent=1))
+            print(f"low_rank widening d={dim:8d} k={rank:4d}: {record['kept_draws']} draws kept, "
+                  f"program {record['program_bytes'] / 1e6:9.1f} MB", flush=True)  # fmt: skip
+
+
 def _low_rank_path(record) -> Path:
     kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
     return RESULTS / kind.replace(" ", "_") / f"low_rank_d{record['dim']}_k{record['rank']}.json"
@@ -256,22 +324,30 @@ def run_low_rank(dims, ranks, steps: int) -> None:
 def render_low_rank(kind: str = "cpu") -> str:
     """Time and memory per iteration of the low-rank cells, beside the dense ones."""
     folder = RESULTS / kind
-    records = [json.loads(p.read_text()) for p in sorted(folder.glob("low_rank_*.json"))]
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("low_rank_d*.json"))]
     dense = {
         r["dim"]: r
         for p in folder.glob("precond_d*_n1.json")
         if (r := json.loads(p.read_text()))["devices"] == 1
     }
     records.sort(key=lambda r: (r["rank"], r["dim"]))
+    widening = {
+        (w["dim"], w["rank"]): w
+        for p in folder.glob("low_rank_widening_*.json")
+        if (w := json.loads(p.read_text()))
+    }
     header = ["k", "d", "us / iteration", "ns / (d k)", "program per chain (MB)",
-              "learner state (MB)", "dense R: us / iteration", "dense R: program (MB)"]  # fmt: skip
+              "learner state (MB)", "widening: program per chain (MB)",
+              "dense R: us / iteration", "dense R: program (MB)"]  # fmt: skip
     rows = []
     for r in records:
         d = dense.get(r["dim"])
+        w = widening.get((r["dim"], r["rank"]))
         rows.append([
             r["rank"], f"{r['dim']:,}", f"{r['us_per_iteration']:.0f}",
             f"{1e3 * r['us_per_iteration'] / (r['dim'] * r['rank']):.1f}",
             f"{r['program_bytes'] / 1e6:.1f}", f"{r['state_bytes'] / 1e6:.1f}",
+            f"{w['program_bytes'] / 1e6:.1f} ({w['kept_draws']} draws)" if w else "",
             f"{d['us_per_iteration']:.0f}" if d else "",
             f"{d['program_bytes_per_device'] / 1e6:.0f}" if d and d["program_bytes_per_device"]
             else "",
@@ -290,7 +366,7 @@ def plot_low_rank(kind: str = "cpu", out: Path = PLOT) -> Path:
     import matplotlib.pyplot as plt
 
     folder = RESULTS / kind
-    low = [json.loads(p.read_text()) for p in folder.glob("low_rank_*.json")]
+    low = [json.loads(p.read_text()) for p in folder.glob("low_rank_d*.json")]
     dense = sorted(
         (r["dim"], r["us_per_iteration"])
         for p in folder.glob("precond_d*_n1.json")
@@ -425,7 +501,14 @@ def main(argv=None) -> None:
     parser.add_argument("--write-docs", action="store_true", help="fill docs/large_problems.md")
     parser.add_argument("--low-rank", default="", help="low-rank cells: these d")
     parser.add_argument("--ranks", default="8,32,128", help="k of the --low-rank cells")
+    parser.add_argument("--low-rank-widening", default="",
+                        help="the low-rank widening's memory: these d")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.low_rank_widening:
+        dims = [int(d) for d in args.low_rank_widening.split(",")]
+        run_low_rank_widening(dims, [int(k) for k in args.ranks.split(",")])
+        print(render_low_rank())
+        return
     if args.low_rank:
         dims = [int(d) for d in args.low_rank.split(",")]
         run_low_rank(dims, [int(k) for k in args.ranks.split(",")], args.steps)

@@ -119,9 +119,10 @@ def low_rank_draws(rank: int, num_draws: int | None = None) -> int:
 
 
 class LowRankMoments(NamedTuple):
-    """What the low-rank widening keeps of the draws: the last ``m`` positions (flat,
-    from ``origin``) and whitened gradients ``R^T g`` (rows written in turn, ``count`` so
-    far), and over every draw the sums of ``|R^T g|^2`` and ``|R^T g|^4``."""
+    """What the low-rank widening keeps of the draws: the last ``m`` positions, whitened
+    (``R^{-1} (x - origin)``, flat; ``R`` is frozen while they are kept), and whitened
+    gradients ``R^T g`` (rows written in turn, ``count`` so far), and over every draw the
+    sums of ``|R^T g|^2`` and ``|R^T g|^4``."""
 
     origin: jax.Array
     draws: jax.Array
@@ -181,6 +182,7 @@ def moments_update(moments, state, active=True):
     branch copies its buffers)."""
     if isinstance(moments, LowRankMoments):
         x = ravel(state.position).astype(moments.origin.dtype) - moments.origin
+        x = _whitened(state.sqrt_precond, x)  # R is frozen while the draws are kept
         g = state.whitened_grad
         row = moments.count % moments.draws.shape[0]
         q = jnp.sum(g**2)
@@ -287,23 +289,56 @@ def _orthonormal(matrix, xp):
     return xp.linalg.qr(matrix)[0]
 
 
-def _low_rank_candidates(chosen, grads, measured, xp):
-    """``(directions, variance)``: the eigenvectors of the geometric mean of the chosen
-    draws' and gradients' covariances in the span of both (``(d, 2 h)``, orthonormal), and
-    the variance of the ``measured`` draws along each."""
-    half = chosen.shape[0]
-    chosen = chosen - xp.mean(chosen, axis=0)
-    grads = grads - xp.mean(grads, axis=0)
-    span = _orthonormal(xp.concatenate([chosen, grads], axis=0).T, xp)  # (d, 2 half)
-    a, b = chosen @ span, grads @ span
+def _whitened(r: LowRankSqrt, x):
+    """``R^{-1} x = (I + Q c' Q^T) D^{-1/2} x`` (``c' = 1 / (1 + c) - 1``) of a vector."""
+    return _apply(r.basis, _inverse_factors(r), x / r.scale)
+
+
+def _inverse_root(matrix, xp):
+    """``(M^{-1/2}, kept)`` of a symmetric positive semi-definite ``M`` on its eigenvalues
+    above ``sqrt(eps)`` times the largest (zero on the others; ``kept`` marks them): the
+    directions below are where two kinds of rows nearly cancel, about ``eps^(1/4)`` of
+    their size (a few percent in float32), and carry no widening."""
+    w, v = xp.linalg.eigh(0.5 * (matrix + matrix.T))
+    kept = w > xp.sqrt(xp.finfo(w.dtype).eps) * xp.max(w)
+    return v * xp.where(kept, 1.0 / xp.sqrt(xp.where(kept, w, 1.0)), 0.0), kept
+
+
+def _centred(gram, half: int, xp):
+    """``P G P`` for ``G`` the Gram matrix of two blocks of ``half`` rows (draws, then
+    gradients), ``P`` centring each block: the Gram matrix of the centred rows."""
+    blocks = xp.repeat(xp.arange(2), half)
+    same = (blocks[:, None] == blocks[None]).astype(gram.dtype)
+    centring = xp.eye(2 * half, dtype=gram.dtype) - same / half
+    return centring @ gram @ centring, centring
+
+
+def _low_rank_candidates(gram, cross, xp):
+    """``(coefficients, variance)`` of one half of the kept draws: the eigenvectors of the
+    geometric mean of its draws' and gradients' covariances, in the span of both, as
+    coefficients ``C`` of its rows (``Y^T P C`` are the directions, orthonormal; ``Y`` the
+    half's draws above its gradients, ``P`` the centring), and the variance of the other
+    half's draws along each.
+
+    ``gram``: ``Y Y^T`` ``(2 h, 2 h)``; ``cross``: ``X Y^T``, ``X`` the other half's draws
+    ``(h, d)``. Only these products of rows are formed (``O(h^2 d)``, no ``d x h`` basis):
+    the span's orthonormal basis is ``Y^T P G_c^{-1/2}`` (``G_c = P Y Y^T P``),
+    re-orthonormalized once in its coordinates."""
+    half = gram.shape[0] // 2
+    centred, centring = _centred(gram, half, xp)
+    basis, _ = _inverse_root(centred, xp)
+    again, _ = _inverse_root(basis.T @ centred @ basis, xp)  # rounding of the first pass
+    basis = basis @ again
+    coordinates = centred @ basis  # the centred rows in the orthonormal basis
+    a, b = coordinates[:half], coordinates[half:]
     # where neither the draws nor the gradients reach: a tiny ridge, in place of the zero
     # eigenvalues of the chosen draws' covariances
-    ridge = xp.eye(span.shape[1], dtype=a.dtype) * xp.sqrt(xp.finfo(a.dtype).eps)
+    ridge = xp.eye(2 * half, dtype=a.dtype) * xp.sqrt(xp.finfo(a.dtype).eps)
     mean = geometric_mean(a.T @ a / half + ridge, b.T @ b / half + ridge, xp)
     _, vectors = xp.linalg.eigh(0.5 * (mean + mean.T))
     vectors = xp.where(xp.isfinite(vectors), vectors, 0.0)
-    directions = span @ vectors
-    return directions, xp.var(measured @ directions, axis=0, ddof=1)
+    coefficients = centring @ basis @ vectors
+    return coefficients, xp.var(cross @ coefficients, axis=0, ddof=1)
 
 
 def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):
@@ -317,21 +352,35 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     eigenvectors), and the other half, independent of the choice, measures the variance
     along each: where it exceeds the Fisher scale by :data:`WIDENING_THRESHOLD`, ``R`` is
     widened to it, if the second half, choosing in turn, agrees on the direction
-    (:data:`LOW_RANK_MIN_AGREEMENT`). The ``k`` directions farthest from the rest are then
-    kept (the form of :mod:`fisher_mala.low_rank`: a widening weaker than a kept
-    direction's stiffness or looseness gives way to it).
+    (:data:`LOW_RANK_MIN_AGREEMENT`). Of the directions widened, the ``k`` widened most are
+    combined with ``R``'s own, and the ``k`` farthest from the rest kept (the form of
+    :mod:`fisher_mala.low_rank`: a widening weaker than a kept direction's stiffness or
+    looseness gives way to it).
+
+    Memory: the kept rows (``2 m d`` numbers), products of them ``(m, m)`` and the ``k``
+    directions ``(d, k)``: no ``d x m`` basis is formed.
     """
     basis = r.basis
     m = moments.draws.shape[0]
     half = m // 2
     dim = moments.draws.shape[-1]
-    # R^{-1} x = (I + Q c' Q^T) D^{-1/2} x, c' = 1 / (1 + c) - 1: the draws whitened
-    scaled = moments.draws / r.scale
-    zeta = scaled + ((scaled @ basis) * _inverse_factors(r)) @ basis.T
-    first, second = zeta[:half], zeta[half : 2 * half]
-    grads_first, grads_second = moments.grads[:half], moments.grads[half : 2 * half]
-    directions, variance = _low_rank_candidates(first, grads_first, second, xp)
-    others, other_variance = _low_rank_candidates(second, grads_second, first, xp)
+    draws, grads = moments.draws, moments.grads  # the draws whitened
+    # every product of two kept rows, from three products of the whole buffers (slices of
+    # the (m, m) results, not of the (m, d) rows: no copy of the rows)
+    xx, xg, gg = draws @ draws.T, draws @ grads.T, grads @ grads.T
+    one, two = slice(0, half), slice(half, 2 * half)
+
+    def gram(a, b):  # [X_a; G_a] [X_b; G_b]^T, X_a the draws of half a, G_a their gradients
+        return xp.concatenate(
+            [
+                xp.concatenate([xx[a, b], xg[a, b]], axis=1),
+                xp.concatenate([xg[b, a].T, gg[a, b]], axis=1),
+            ],
+            axis=0,
+        )
+
+    chosen, variance = _low_rank_candidates(gram(one, one), gram(two, one)[:half], xp)
+    others, other_variance = _low_rank_candidates(gram(two, two), gram(one, two)[:half], xp)
     n = xp.asarray(count, moments.sum_q.dtype)
     fisher_scale = dim * n / moments.sum_q
     allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
@@ -345,10 +394,17 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
 
     ratio, found = loose(variance)
     _, found_again = loose(other_variance)
-    agreement = xp.sum((others.T @ directions) ** 2 * found_again[:, None], axis=0)
+    # the overlap of the two halves' directions: (Y2^T P c2)^T (Y1^T P c1)
+    overlap = others.T @ gram(two, one) @ chosen
+    agreement = xp.sum(overlap**2 * found_again[:, None], axis=0)
     widen = allowed & found & (agreement >= LOW_RANK_MIN_AGREEMENT)
     extra = _multipliers(ratio, widen, xp)
-    widened, g = low_rank_widened(r, directions, extra, whitened_grad, xp)
+    top = xp.argsort(-extra)[: basis.shape[-1]]  # the k widened most (0: not widened)
+    top_chosen = chosen[:, top]
+    rest = xp.zeros((m - half, top_chosen.shape[1]), top_chosen.dtype)  # the other half
+    directions = draws.T @ xp.concatenate([top_chosen[:half], rest], axis=0)
+    directions = directions + grads.T @ xp.concatenate([top_chosen[half:], rest], axis=0)
+    widened, g = low_rank_widened(r, directions, extra[top], whitened_grad, xp)
     return widened, g, (1.0 + xp.max(extra)) ** 2
 
 

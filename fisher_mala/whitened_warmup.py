@@ -75,6 +75,7 @@ __all__ = [
     "FisherParameters",
     "fisher_adaptation",
     "regroup_chains",
+    "robust_uturn_after",
     "STEP_SIZE_FRACTION",
 ]
 
@@ -412,19 +413,8 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         return regroup_chains(fisher_out)
 
     def robust_for(self, plateau: bool) -> bool:
-        """Whether NUTS checks the U-turn criterion across subtrees after a Fisher phase
-        that ended on a plateau (``plateau``) or not. ``robust_uturn="auto"``: not after a
-        plateau. There the curvature changes with position (a funnel) and no ``R``
-        whitens the posterior everywhere: in the neck the stiff coordinates oscillate many
-        times per move of the slow one, the checks across subtrees see those turns and stop
-        trajectories that BlackJAX's criterion lets run on along the slow direction (the
-        centred eight schools, three seeds: 0.84, 0.53 and 0.20 of nutpie's min ESS per
-        gradient with the checks, 1.40, 0.79 and 0.79 without, ``docs/signal_bias.md``).
-        Elsewhere the checks cut the resonances of BlackJAX's criterion
-        (``docs/fisher_nuts.md``)."""
-        if self.robust_uturn == "auto":
-            return not plateau
-        return bool(self.robust_uturn)
+        """:func:`robust_uturn_after` with this warm-up's ``robust_uturn``."""
+        return robust_uturn_after(self.robust_uturn, plateau)
 
     def chose_after(self, plateau: bool) -> None:
         """Record what the step-size phase and the draws use after a Fisher phase that
@@ -491,6 +481,22 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
             return getattr(self, method)(rng_key, argument, num_steps, progress, *extra)
 
         return self.staged_run(call, positions, num_steps)
+
+
+def robust_uturn_after(robust_uturn, plateau: bool) -> bool:
+    """Whether NUTS checks the U-turn criterion across subtrees after a Fisher phase that
+    ended on a plateau (``plateau``) or not: ``robust_uturn`` itself, or for ``"auto"``,
+    not after a plateau. There the curvature changes with position (a funnel) and no ``R``
+    whitens the posterior everywhere: in the neck the stiff coordinates oscillate many
+    times per move of the slow one, the checks across subtrees see those turns and stop
+    trajectories that BlackJAX's criterion lets run on along the slow direction (the
+    centred eight schools, three seeds: 0.84, 0.53 and 0.20 of nutpie's min ESS per
+    gradient with the checks, 1.40, 0.79 and 0.79 without, ``docs/signal_bias.md``).
+    Elsewhere the checks cut the resonances of BlackJAX's criterion
+    (``docs/fisher_nuts.md``)."""
+    if robust_uturn == "auto":
+        return not plateau
+    return bool(robust_uturn)
 
 
 def _fisher_phase(logdensity_fn, pooled: bool, fisher_options: dict):
