@@ -98,12 +98,16 @@ class RunCheckpoint:
         if stage == "staged_warmup":  # Fisher NUTS / HMC: the warm-up's own tree and meta
             return {"tree": tree, "meta": meta["warmup"], "timings": meta["timings"],
                     "stage": "warmup"}  # fmt: skip
-        return {**tree, "timings": meta["timings"], "done": int(meta["done"]), "stage": stage}
+        return {**tree, "timings": meta["timings"], "done": int(meta["done"]), "stage": stage,
+                "chosen": meta.get("chosen", {})}  # fmt: skip
 
-    def save(self, states, parameters, info, done: int, draws, timings) -> None:
-        """The run in its sampling phase: ``done`` draws made."""
+    def save(self, states, parameters, info, done: int, draws, timings, chosen=None) -> None:
+        """The run in its sampling phase: ``done`` draws made; ``chosen``: what the warm-up
+        chose for the draws on the host (a dict of JSON values: the sampling step's
+        options, the target acceptance), restored on resume."""
         tree = {"states": states, "parameters": parameters, "info": info, "draws": draws}
-        meta = {"identity": self.identity, "done": int(done), "timings": list(timings)}
+        meta = {"identity": self.identity, "done": int(done), "timings": list(timings),
+                "chosen": dict(chosen or {})}  # fmt: skip
         save_tree(self.path, tree, meta)
 
     def save_warmup(self, states, start, rates, trace, done: int, timings) -> None:

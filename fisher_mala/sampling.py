@@ -729,16 +729,21 @@ class _Run:
                 if not batched:
                     states = _shard(states, self.mesh)
                 compile_w, seconds_w = saved["timings"][:2]
+                chosen = saved["chosen"]  # the warm-up's host choices, as it made them
+                self.sampling_options = chosen.get("sampling_options")
+                self.used_target_acceptance = chosen.get("target_acceptance")
                 done = saved["done"]
                 draws, self.failed = saved["draws"]
                 self.sink.restore(done, draws)
             if self.checkpoint is not None:
                 host = _to_host((parameters, info))
+                chosen = {"sampling_options": self.sampling_options,
+                          "target_acceptance": self.used_target_acceptance}  # fmt: skip
 
                 def after(states, done, seconds):
                     self.checkpoint.save(
                         states, *host, done, (self.sink.saved_draws(done), self.failed),
-                        (compile_w, seconds_w, *seconds),
+                        (compile_w, seconds_w, *seconds), chosen,
                     )  # fmt: skip
 
                 if saved is None:

@@ -349,3 +349,36 @@ def test_a_run_resumed_after_a_plateau_keeps_its_step_size_target(tmp_path, monk
     assert resumed.target_acceptance == whole.target_acceptance
     np.testing.assert_array_equal(resumed.samples, whole.samples)
     np.testing.assert_array_equal(resumed.parameters.step_size, whole.parameters.step_size)
+
+
+def test_a_fisher_nuts_run_after_a_plateau_resumes_its_draws_with_the_same_kernel(
+    tmp_path, monkeypatch
+):
+    """What the warm-up chose on the host for the draws (after a plateau: BlackJAX's U-turn
+    criterion, a higher target acceptance) is saved with the sampling phase's checkpoints:
+    a run resumed among its draws equals the uninterrupted one, bit for bit."""
+    monkeypatch.setattr(
+        fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: "plateau"
+    )
+
+    def run(**kwargs):
+        return fm.sample(jax.random.key(5), "fisher_nuts", _correlated_ld, jnp.zeros((2, 3)),
+                         num_warmup=1000, num_samples=300, diagnose=False, **kwargs)  # fmt: skip
+
+    whole = run()
+    assert whole.target_acceptance == fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE
+    path = tmp_path / "run.npz"
+    original = fm.sinks.MemorySink.append
+
+    def crash_after_a_block(self, done, block):
+        if done >= 100:
+            raise _Crash
+        original(self, done, block)
+
+    monkeypatch.setattr(fm.sinks.MemorySink, "append", crash_after_a_block)
+    with pytest.raises(_Crash):
+        run(checkpoint=path, checkpoint_every=100)
+    monkeypatch.setattr(fm.sinks.MemorySink, "append", original)
+    resumed = run(checkpoint=path, checkpoint_every=100)
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+    assert resumed.target_acceptance == whole.target_acceptance
