@@ -56,6 +56,17 @@ COLLECTIVE = re.compile(
 )
 
 
+def _program_bytes(compiled) -> int | None:
+    """XLA's memory analysis of a compiled program: its arguments, outputs and
+    temporaries, in bytes (None where the backend has none)."""
+    memory = compiled.memory_analysis()
+    if memory is None:
+        return None
+    return int(
+        memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+    )
+
+
 def collective_bytes(hlo: str) -> int:
     """Bytes of the results of every collective in ``hlo`` (one device's view)."""
     total = 0
@@ -151,13 +162,8 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
         start = time.perf_counter()
         jax.block_until_ready(compiled(x0, data))
         best = min(best, time.perf_counter() - start)
-    memory = compiled.memory_analysis()
     held = 4 * dim * dim / devices if problem == "precond" else 4 * rows * (dim + 1) / devices
-    per_device = None
-    if memory is not None:
-        per_device = int(
-            memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-        )
+    per_device = _program_bytes(compiled)
     return {
         "problem": problem,
         "dim": dim,
@@ -205,12 +211,7 @@ def low_rank_cell(dim: int, rank: int, steps: int) -> dict:
         start = time.perf_counter()
         jax.block_until_ready(compiled(x0))
         best = min(best, time.perf_counter() - start)
-    memory = compiled.memory_analysis()
-    program = None
-    if memory is not None:
-        program = int(
-            memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-        )
+    program = _program_bytes(compiled)
     width = min(low_rank.SEARCH_BLOCKS * rank, dim)
     return {
         "problem": "low_rank",
@@ -257,12 +258,7 @@ def low_rank_widening_cell(dim: int, rank: int) -> dict:
     start = time.perf_counter()
     compiled = jax.jit(widen).lower(state, moments).compile()
     compile_s = time.perf_counter() - start
-    memory = compiled.memory_analysis()
-    program = None
-    if memory is not None:
-        program = int(
-            memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-        )
+    program = _program_bytes(compiled)
     return {
         "problem": "low_rank_widening",
         "dim": dim,

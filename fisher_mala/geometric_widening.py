@@ -295,13 +295,13 @@ def _whitened(r: LowRankSqrt, x):
 
 
 def _inverse_root(matrix, xp):
-    """``(M^{-1/2}, kept)`` of a symmetric positive semi-definite ``M`` on its eigenvalues
-    above ``sqrt(eps)`` times the largest (zero on the others; ``kept`` marks them): the
-    directions below are where two kinds of rows nearly cancel, about ``eps^(1/4)`` of
-    their size (a few percent in float32), and carry no widening."""
+    """``M^{-1/2}`` of a symmetric positive semi-definite ``M`` on its eigenvalues above
+    ``sqrt(eps)`` times the largest (zero on the others): the directions below are where
+    two kinds of rows nearly cancel, about ``eps^(1/4)`` of their size (a few percent in
+    float32), and carry no widening."""
     w, v = xp.linalg.eigh(0.5 * (matrix + matrix.T))
     kept = w > xp.sqrt(xp.finfo(w.dtype).eps) * xp.max(w)
-    return v * xp.where(kept, 1.0 / xp.sqrt(xp.where(kept, w, 1.0)), 0.0), kept
+    return v * xp.where(kept, 1.0 / xp.sqrt(xp.where(kept, w, 1.0)), 0.0)
 
 
 def _centred(gram, half: int, xp):
@@ -326,9 +326,8 @@ def _low_rank_candidates(gram, cross, xp):
     re-orthonormalized once in its coordinates."""
     half = gram.shape[0] // 2
     centred, centring = _centred(gram, half, xp)
-    basis, _ = _inverse_root(centred, xp)
-    again, _ = _inverse_root(basis.T @ centred @ basis, xp)  # rounding of the first pass
-    basis = basis @ again
+    basis = _inverse_root(centred, xp)
+    basis = basis @ _inverse_root(basis.T @ centred @ basis, xp)  # the first pass's rounding
     coordinates = centred @ basis  # the centred rows in the orthonormal basis
     a, b = coordinates[:half], coordinates[half:]
     # where neither the draws nor the gradients reach: a tiny ridge, in place of the zero

@@ -128,21 +128,30 @@ class _Crash(Exception):
     pass
 
 
-def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_one(tmp_path, monkeypatch):
-    whole = _sample()
-    path = tmp_path / "run.npz"
-    original = fm.sinks.MemorySink.append
+def _crashed_and_resumed(monkeypatch, run, at, sink=None, **kwargs):
+    """``run(**kwargs)`` crashed when its sink is handed the block starting at draw ``at``
+    or later, then run again with the same arguments: the resumed result."""
+    sink = fm.sinks.MemorySink if sink is None else sink
+    original = sink.append
 
-    def crash_after_two_blocks(self, done, block):
-        if done >= 200:
+    def crash(self, done, block):
+        if done >= at:
             raise _Crash
         original(self, done, block)
 
-    monkeypatch.setattr(fm.sinks.MemorySink, "append", crash_after_two_blocks)
+    monkeypatch.setattr(sink, "append", crash)
     with pytest.raises(_Crash):
-        _sample(checkpoint=path, checkpoint_every=100)
-    monkeypatch.setattr(fm.sinks.MemorySink, "append", original)
-    resumed = _sample(checkpoint=path, checkpoint_every=100)
+        run(**kwargs)
+    monkeypatch.setattr(sink, "append", original)
+    return run(**kwargs)
+
+
+def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+    whole = _sample()
+    path = tmp_path / "run.npz"
+    resumed = _crashed_and_resumed(
+        monkeypatch, _sample, 200, checkpoint=path, checkpoint_every=100
+    )  # after two blocks
     np.testing.assert_array_equal(resumed.samples, whole.samples)
     for name, value in whole.sample_stats.items():
         np.testing.assert_array_equal(resumed.sample_stats[name], value, err_msg=name)
@@ -158,18 +167,10 @@ def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_one(tmp_path,
 
 def test_a_streamed_run_resumes_into_its_files(tmp_path, monkeypatch):
     whole = _sample()
-    original = fm.sinks.FileSink.append
-
-    def crash(self, done, block):
-        if done >= 300:
-            raise _Crash
-        original(self, done, block)
-
-    monkeypatch.setattr(fm.sinks.FileSink, "append", crash)
-    with pytest.raises(_Crash):
-        _sample(checkpoint=tmp_path / "run", checkpoint_every=150, output=tmp_path / "draws")
-    monkeypatch.setattr(fm.sinks.FileSink, "append", original)
-    resumed = _sample(checkpoint=tmp_path / "run", checkpoint_every=150, output=tmp_path / "draws")
+    resumed = _crashed_and_resumed(
+        monkeypatch, _sample, 300, fm.sinks.FileSink, checkpoint=tmp_path / "run",
+        checkpoint_every=150, output=tmp_path / "draws",
+    )  # fmt: skip
     np.testing.assert_array_equal(resumed.samples, whole.samples)
 
 
@@ -367,18 +368,8 @@ def test_a_fisher_nuts_run_after_a_plateau_resumes_its_draws_with_the_same_kerne
 
     whole = run()
     assert whole.target_acceptance == fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE
-    path = tmp_path / "run.npz"
-    original = fm.sinks.MemorySink.append
-
-    def crash_after_a_block(self, done, block):
-        if done >= 100:
-            raise _Crash
-        original(self, done, block)
-
-    monkeypatch.setattr(fm.sinks.MemorySink, "append", crash_after_a_block)
-    with pytest.raises(_Crash):
-        run(checkpoint=path, checkpoint_every=100)
-    monkeypatch.setattr(fm.sinks.MemorySink, "append", original)
-    resumed = run(checkpoint=path, checkpoint_every=100)
+    resumed = _crashed_and_resumed(
+        monkeypatch, run, 100, checkpoint=tmp_path / "run.npz", checkpoint_every=100
+    )  # after the first block
     np.testing.assert_array_equal(resumed.samples, whole.samples)
     assert resumed.target_acceptance == whole.target_acceptance
