@@ -28,6 +28,7 @@ The results equal those of :mod:`fisher_mala.convergence` (and so ArviZ 1.x) to 
 
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -191,11 +192,13 @@ def _first_stop(rho: np.ndarray) -> np.ndarray:
     return np.where(found, 2 * np.argmax(not_positive, axis=1) + 1, rho.shape[1])
 
 
-def _group_ess(mean_power, size, n, chain_means, lows, highs):
+def _group_ess(mean_power, size, n, chain_means, constant, out=None):
     """``(ess, complete, looked)``: Geyer's ESS of groups of ``K`` chains of ``n`` draws
     each, from each group's mean power spectrum ``(R, F)`` of the draws zero-padded to
-    ``size``, its chains' means ``(R, K)`` and their smallest and largest values
-    ``(R, K)`` (as :func:`fisher_mala.convergence._ess_of_spectra`).
+    ``size``, its chains' means ``(R, K)`` and whether all its draws are one value,
+    ``constant`` ``(R,)`` (as :func:`fisher_mala.convergence._ess_of_spectra`: a range
+    under the float64 resolution). ``out``: a buffer of ``R`` rows of ``size`` for the
+    autocovariances (a new one when None).
 
     A ``size`` under ``2 n - 1`` gives the exact autocovariances up to lag ``size - n``
     only: a group whose sum stops well inside them is ``complete`` (the same ESS as from
@@ -206,16 +209,18 @@ def _group_ess(mean_power, size, n, chain_means, lows, highs):
     num_chains = chain_means.shape[-1]
     total = num_chains * n
     known = min(n, size - n + 1)  # the lags of the linear (not circular) autocovariance
-    acov = np.empty((*mean_power.shape[:-1], size))
+    acov = np.empty((*mean_power.shape[:-1], size)) if out is None else out
     fft.irfft(mean_power, n=size, axis=-1, out=acov)
     acov = acov[..., :known]
     acov /= n
-    constant = (highs.max(axis=-1) - lows.min(axis=-1)) < np.finfo(float).resolution
     mean_var = acov[:, 0] * n / (n - 1.0)
     var_plus = mean_var * (n - 1.0) / n
     if num_chains > 1:
         var_plus = var_plus + np.var(chain_means, axis=-1, ddof=1)
-    rho = 1.0 - (mean_var[:, None] - acov) / var_plus[:, None]
+    # rho = 1 - (mean_var - acov) / var_plus, in the autocovariances' place
+    rho = np.subtract(mean_var[:, None], acov, out=acov)
+    rho /= var_plus[:, None]
+    np.subtract(1.0, rho, out=rho)
     rho[:, 0] = 1.0
     stops = _first_stop(rho)
     # Geyer's sum looks one pair past the first non-positive pair sum: a margin of 4 lags
@@ -236,19 +241,18 @@ def _count(coords) -> int:
 
 
 def _mean_power(fill, coords, half: int, padded, spectrum, pairs: int):
-    """``(power, means, lows, highs)`` of one kind of series of the coordinates
+    """``(power, means)`` of one kind of series of the coordinates
     ``coords``: ``fill(coords, out)`` writes them, ``(len(coords), 2 C, half)``, into the
     first ``half`` values of ``padded``'s rows (whose others are zero); ``spectrum`` their
     transform. ``power`` ``(len(coords), 2 C // pairs, F)``: their centred power spectra
     averaged over consecutive groups of ``pairs`` chains (a view of ``spectrum``: read it
-    before the next kind is written there); each series' mean, smallest and largest value
-    ``(len(coords), 2 C)``."""
+    before the next kind is written there); each series' mean ``(len(coords), 2 C)``."""
     from numpy import fft
 
     num = _count(coords)
     series = padded[:num, :, :half]
     fill(coords, series)
-    means, lows, highs = series.mean(axis=-1), series.min(axis=-1), series.max(axis=-1)
+    means = series.mean(axis=-1)
     series -= means[..., None]
     fft.rfft(padded[:num], axis=-1, out=spectrum[:num])
     squares = spectrum[:num].view(np.float64)  # (..., 2 F): real, imaginary
@@ -261,38 +265,54 @@ def _mean_power(fill, coords, half: int, padded, spectrum, pairs: int):
     summed[..., ::2] += summed[..., 1::2]
     summed[..., ::2] /= pairs
     summed[..., 1::2] = 0.0
-    return spectrum[:num, ::pairs], means, lows, highs
+    return spectrum[:num, ::pairs], means
 
 
-def _spectra_ess(fills, coords, shape, size):
+#: Each thread's transform buffers of the pass in progress (:func:`_transform_buffers`).
+_WORKSPACE = threading.local()
+
+
+def _transform_buffers(dim: int, num_split: int, half: int, size: int):
+    """``(padded, spectrum)``: a buffer ``(dim, num_split, size)`` whose values past
+    ``half`` are zero, and a spectrum, for the four kinds of series in turn; the thread's
+    next block of the same shape reuses them (a fresh large array is fresh pages, a page
+    fault each: a tenth of the pass when every block took new ones)."""
+    key = (dim, num_split, size)
+    if getattr(_WORKSPACE, "key", None) != key:
+        _WORKSPACE.key = _WORKSPACE.buffers = None  # the old buffers go before the new come
+        padded = np.empty((dim, num_split, size))
+        spectrum = np.empty((dim, num_split, size // 2 + 1), np.complex128)
+        _WORKSPACE.key, _WORKSPACE.buffers = key, (padded, spectrum)
+    padded, spectrum = _WORKSPACE.buffers
+    padded[..., half:] = 0.0  # (np.zeros of a large array would hold the GIL to zero it)
+    return padded, spectrum
+
+
+def _spectra_ess(fills, constants, coords, shape, size):
     """``(pooled, per_chain, complete, looked)`` of the coordinates ``coords`` from their
     four kinds of series ``(2 C, h)`` (``fills``: bulk scores, the two tail indicators,
-    the raw split chains), each zero-padded to ``size`` and transformed in turn (the
-    transforms' memory is that of one kind): ``pooled`` ``(D, 3)`` the ESS of the first
-    three over all split chains, ``per_chain`` ``(D, C)`` each chain's ESS of the mean,
-    ``complete`` ``(D,)`` whether every one of a coordinate's values is (see
-    :func:`_group_ess`)."""
+    the raw split chains; ``constants``: whether each kind's groups are one value,
+    ``(D,)`` for the first three, ``(D, C)`` for the last), each zero-padded to ``size``
+    and transformed in turn (the transforms' memory is that of one kind): ``pooled``
+    ``(D, 3)`` the ESS of the first three over all split chains, ``per_chain`` ``(D, C)``
+    each chain's ESS of the mean, ``complete`` ``(D,)`` whether every one of a
+    coordinate's values is (see :func:`_group_ess`)."""
     num_split, half = shape
     dim, chains = _count(coords), num_split // 2
-    # One buffer and one spectrum for the four kinds in turn: the padding is zeroed once
-    # (np.zeros of a large array holds the GIL to zero it), the pages touched once.
-    padded = np.empty((dim, num_split, size))
-    padded[..., half:] = 0.0
-    spectrum = np.empty((dim, num_split, size // 2 + 1), np.complex128)
+    padded, spectrum = _transform_buffers(dim, num_split, half, size)
     buffers = (half, padded, spectrum)
     pooled, pooled_complete, pooled_looked = [], [], 0
-    for fill in fills[:3]:
-        power, means, lows, highs = _mean_power(fill, coords, *buffers, num_split)
-        value, complete, looked = _group_ess(power[:, 0], size, half, means, lows, highs)
+    for fill, constant in zip(fills[:3], constants[:3], strict=True):
+        power, means = _mean_power(fill, coords, *buffers, num_split)
+        value, complete, looked = _group_ess(power[:, 0], size, half, means, constant[coords])
         pooled.append(value)
         pooled_complete.append(complete)
         pooled_looked = max(pooled_looked, looked)
-    power, means, lows, highs = _mean_power(fills[3], coords, *buffers, 2)
-    del padded, buffers
-    pairs = (dim * chains, 2)  # each chain's two halves
+    power, means = _mean_power(fills[3], coords, *buffers, 2)
     per_chain, chain_complete, chain_looked = _group_ess(
-        power.reshape(dim * chains, -1), size, half, means.reshape(pairs),
-        lows.reshape(pairs), highs.reshape(pairs),
+        power.reshape(dim * chains, -1), size, half, means.reshape(dim * chains, 2),
+        constants[3][coords].reshape(-1),
+        out=padded.reshape(dim * num_split, size)[: dim * chains],  # read: free to write
     )  # fmt: skip
     complete = np.all(pooled_complete, axis=0) & chain_complete.reshape(dim, -1).all(1)
     return (
@@ -345,6 +365,8 @@ def _block_values(x: np.ndarray, prob, max_lag):
     split = _split(rows)  # (D, 2 C, half), the draws' dtype
     z = np.empty(split.shape)  # the bulk's normal scores
     quantiles = np.empty((dim, 2))
+    # Whether every split draw is one value; whether none or all are below each quantile.
+    bulk_constant, tail_constant = np.empty(dim, bool), np.empty((dim, 2), bool)
     rhat = np.empty(dim)
     for j in range(dim):  # a few coordinates per block: the loop costs nothing
         z_j, z_folded, ordered = _ranked(split[j].reshape(-1))
@@ -358,10 +380,18 @@ def _block_values(x: np.ndarray, prob, max_lag):
             if 2 * half == n
             else np.quantile(rows[j].astype(float), prob)
         )
+        bulk_constant[j] = ordered[0] == ordered[-1]
+        below = np.searchsorted(ordered, np.sort(quantiles[j]), side="right")
+        tail_constant[j] = (below == 0) | (below == ordered.size)
         del z_j, z_folded, ordered
     if chains < 2:
         rhat = nan
     low, high = np.sort(quantiles, axis=-1).T
+    # Each chain's range (its two halves), in the draws' dtype: exact in float64.
+    by_chain = split.reshape(dim, chains, -1)
+    chain_range = by_chain.max(axis=-1).astype(np.float64) - by_chain.min(axis=-1)
+    constants = (bulk_constant, tail_constant[:, 0], tail_constant[:, 1],
+                 chain_range < np.finfo(np.float64).resolution)  # fmt: skip
     fills = [  # the four kinds of series, written into the transforms' buffers in turn
         lambda c, out: np.copyto(out, z[c]),
         lambda c, out: np.less_equal(split[c], low[c, None, None], out=out),
@@ -374,11 +404,13 @@ def _block_values(x: np.ndarray, prob, max_lag):
     size = full if max_lag is None else min(full, _next_fast_len(half + 2 * max_lag + 64))
     # A slice, not indices: the fills then read the block's rows without copying them.
     every = slice(0, dim)
-    pooled, per_chain, complete, looked = _spectra_ess(fills, every, split.shape[1:], size)
+    pooled, per_chain, complete, looked = _spectra_ess(
+        fills, constants, every, split.shape[1:], size
+    )
     if not complete.all():  # the sums of these coordinates go on: every lag
         redo = np.flatnonzero(~complete)
         pooled[redo], per_chain[redo], _, looked_redo = _spectra_ess(
-            fills, redo, split.shape[1:], full
+            fills, constants, redo, split.shape[1:], full
         )
         looked = max(looked, looked_redo)
     bulk, tail_low, tail_high = pooled.T
@@ -395,17 +427,19 @@ def _block_values(x: np.ndarray, prob, max_lag):
 
 
 #: Peak working memory of a block of ``W`` coordinates, in bytes per draw of one coordinate:
-#: ``max(RANKING + KEPT W, TRANSFORMS W)``. Ranking one coordinate at a time (sort keys,
-#: orders, both normal scores) holds ``RANKING``; each coordinate keeps its draws and bulk
-#: scores (``KEPT``); the transforms of one kind of series hold a zero-padded buffer and its
-#: spectrum per coordinate (``TRANSFORMS``). Measured with ``tracemalloc``
-#: (``tests/test_convergence_pass.py`` checks the bound).
-RANKING_BYTES, KEPT_BYTES, TRANSFORMS_BYTES = 72, 12, 52
+#: ``max(RANKING + (KEPT + BUFFERS) W, TRANSFORMS W)``. Ranking one coordinate at a time
+#: (sort keys, orders, both normal scores) holds ``RANKING``; each coordinate keeps its
+#: draws and bulk scores (``KEPT``), and the thread keeps the previous block's zero-padded
+#: buffer and spectrum (``BUFFERS``, :func:`_transform_buffers`); the transforms of one
+#: kind of series hold those buffers and the autocorrelations (``TRANSFORMS``). Measured
+#: with ``tracemalloc`` (``tests/test_convergence_pass.py`` checks the bound).
+RANKING_BYTES, KEPT_BYTES, BUFFERS_BYTES, TRANSFORMS_BYTES = 72, 12, 33, 52
 
 
 def _block_bytes(width: int, values: int) -> int:
     """Peak working memory of a block of ``width`` coordinates of ``values`` draws each."""
-    return values * max(RANKING_BYTES + KEPT_BYTES * width, TRANSFORMS_BYTES * width)
+    kept = (KEPT_BYTES + BUFFERS_BYTES) * width
+    return values * max(RANKING_BYTES + kept, TRANSFORMS_BYTES * width)
 
 
 def _plan(x: np.ndarray, budget_bytes):
@@ -420,7 +454,12 @@ def _plan(x: np.ndarray, budget_bytes):
     else:
         workers = max(1, min(workers, budget_bytes // _block_bytes(1, values)))
         per_value = budget_bytes / workers / values
-        width = int(min(per_value / TRANSFORMS_BYTES, (per_value - RANKING_BYTES) / KEPT_BYTES))
+        width = int(
+            min(
+                per_value / TRANSFORMS_BYTES,
+                (per_value - RANKING_BYTES) / (KEPT_BYTES + BUFFERS_BYTES),
+            )
+        )
     width = max(1, min(width, -(-(dim - 1) // workers)))
     return workers, [slice(0, 1)] + [slice(i, min(i + width, dim)) for i in range(1, dim, width)]
 
@@ -455,8 +494,11 @@ def diagnostics_pass(x, prob=(0.05, 0.95), budget_bytes=None) -> CoordinateDiagn
     # Every block on the pool's threads, or all on this one: each thread that allocates
     # keeps its own malloc arena, which holds on to up to a block's memory once freed.
     if workers == 1 or not rest:
-        values, looked = _block(x[..., first], prob)
-        parts = [values] + [_block(x[..., b], prob, looked)[0] for b in rest]
+        try:
+            values, looked = _block(x[..., first], prob)
+            parts = [values] + [_block(x[..., b], prob, looked)[0] for b in rest]
+        finally:  # this thread's buffers go with the pass (the pool's go with its threads)
+            _WORKSPACE.__dict__.clear()
     else:
         with ThreadPoolExecutor(workers) as pool:
             values, looked = pool.submit(_block, x[..., first], prob).result()
