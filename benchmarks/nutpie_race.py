@@ -5,6 +5,7 @@
     python -m benchmarks.nutpie_race --inspect NAME   # one Fisher NUTS run of NAME, looked into
     python -m benchmarks.nutpie_race --seed 2 --root benchmarks/results/nutpie_race_seed2
     python -m benchmarks.nutpie_race --seeds          # every seed's ratios, per target
+    python -m benchmarks.nutpie_race --funnel         # eight seeds of eight_schools_centered
 
 The protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``: its cells, its
 starts, float64 everywhere as nutpie computes), at matched lengths: 4 chains of 2000
@@ -159,6 +160,10 @@ def render(root: Path = RESULTS, targets=TARGETS, first_column: str = "target") 
 
 #: The seeds' roots summarized by ``--seeds`` (seed 0 is the default root).
 SEED_ROOTS = (RESULTS, RESULTS.parent / "nutpie_race_seed1", RESULTS.parent / "nutpie_race_seed2")
+#: Five more seeds of the funnel alone (its min ESS varies far more than the others'):
+#: ``--targets eight_schools_centered --seed s --root .../nutpie_race_funnel/seed{s}``.
+FUNNEL_ROOTS = SEED_ROOTS + tuple(RESULTS.parent / "nutpie_race_funnel" / f"seed{s}"
+                                  for s in range(3, 8))  # fmt: skip
 
 
 def render_seeds(roots=SEED_ROOTS) -> str:
@@ -273,13 +278,15 @@ def main(argv=None) -> None:
     )  # fmt: skip
     parser.add_argument("--root", type=Path, default=RESULTS)
     parser.add_argument("--seeds", action="store_true", help="every seed's ratios, per target")
+    parser.add_argument("--funnel", action="store_true", help="the funnel's ratios, 8 seeds")
     parser.add_argument(
         "--seed", type=int, default=0, help="other starts and keys (with another --root)"
     )
     args = parser.parse_args(argv)
-    if args.seeds:
-        text = render_seeds()
-        (RESULTS.parent / "nutpie_race_seeds.md").write_text(text + "\n")
+    if args.seeds or args.funnel:
+        text = render_seeds(FUNNEL_ROOTS if args.funnel else SEED_ROOTS)
+        name = "nutpie_race_funnel.md" if args.funnel else "nutpie_race_seeds.md"
+        (RESULTS.parent / name).write_text(text + "\n")
         print(text)
         return
     if args.inspect:

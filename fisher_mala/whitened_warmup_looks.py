@@ -1,6 +1,7 @@
 """The host's looks at the learned ``R`` between the compiled parts of the Fisher NUTS /
 HMC warm-up (layer 4): whether the stopping rule ends the Fisher phase (settled, or on a
-plateau), whether every chain is in the others' typical set, and which metric NUTS uses.
+plateau), whether every chain is in the others' typical set, which metric NUTS uses, and
+after a plateau the shape all chains share (:func:`shared_shape`).
 
 A mixin of :class:`~fisher_mala.whitened_warmup.FisherHMCWarmup` (it reads the warm-up's
 ``pooled``, ``metric``, ``rule_applies``, ``fisher``, ``fisher_options`` and
@@ -10,6 +11,8 @@ chain at most, in float64 on the host, and skipped above
 :data:`~fisher_mala.adaptations.stopping_rule.AUTO_MAX_DIM`.
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fisher_mala import validation
@@ -21,8 +24,9 @@ from fisher_mala.adaptations.stopping_rule import (
     prior_dominated,
     stopping_rule,
 )
+from fisher_mala.pytree import ravel
 
-__all__ = ["HostLooks"]
+__all__ = ["HostLooks", "shared_shape"]
 
 
 class HostLooks:
@@ -122,3 +126,40 @@ def _without_chains_behind(state, pooled: bool, *per_chain):
     if not 0 < keep.size < num_chains:
         return per_chain
     return tuple(np.asarray(x)[keep] for x in per_chain)
+
+
+def shared_shape(fisher_out):
+    """The Fisher phase's outcome with every chain's dense ``R`` replaced by one of the
+    same trace and the chains' mean shape: ``A_c' = (tr A_c / d) mean_k (A_k / (tr A_k /
+    d))``, ``R_c'`` its Cholesky factor, and the whitened gradients ``R_c'^T g`` to match.
+
+    For a Fisher phase that the stopping rule ended on a plateau (a funnel): no one ``R``
+    whitens the posterior, and each chain's ``R`` describes the region it spent the phase
+    in; one learned in a funnel's neck is far too narrow elsewhere, and its chain stalls
+    there (``docs/fisher_nuts.md`` has the measurements). Only the shape is shared: each
+    chain keeps its trace, hence its initial step, and the step-size phase tunes its step
+    to its own ``R``. One chain, a diagonal or low-rank ``R``, a non-finite one or under
+    ``jit``: unchanged.
+    """
+    (state, params), info = fisher_out
+    r = state.sqrt_precond
+    if not (isinstance(r, jax.Array | np.ndarray) and np.ndim(r) == 3 and np.shape(r)[0] > 1):
+        return fisher_out
+    if not validation.is_concrete(r):
+        return fisher_out
+    r = np.asarray(r, np.float64)
+    dim = r.shape[-1]
+    a = r @ np.swapaxes(r, -1, -2)
+    scales = np.trace(a, axis1=-2, axis2=-1) / dim
+    mean = np.mean(a / scales[:, None, None], axis=0)
+    try:
+        root = np.linalg.cholesky(0.5 * (mean + mean.T))
+    except np.linalg.LinAlgError:
+        return fisher_out
+    if not (np.all(np.isfinite(root)) and np.all(np.isfinite(scales)) and np.all(scales > 0)):
+        return fisher_out
+    roots = jnp.asarray(np.sqrt(scales)[:, None, None] * root, state.sqrt_precond.dtype)
+    grads = jax.vmap(ravel)(state.logdensity_grad)
+    whitened = jnp.einsum("cij,ci->cj", roots, grads.astype(roots.dtype))
+    state = state._replace(sqrt_precond=roots, whitened_grad=whitened)
+    return (state, params), info

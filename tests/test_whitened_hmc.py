@@ -251,6 +251,38 @@ def test_after_a_plateau_fisher_nuts_draws_with_blackjax_uturn_criterion(monkeyp
     np.testing.assert_array_equal(np.asarray(auto.samples), np.asarray(blackjax.samples))
 
 
+def test_after_a_plateau_every_chain_takes_the_chains_mean_shape_and_keeps_its_trace(x64):
+    """``shared_shape``: ``A_c' = (tr A_c / d) mean_k A_k / (tr A_k / d)`` against dense
+    linear algebra, ``R_c'`` its lower Cholesky factor, ``R_c'^T g_c`` the whitened
+    gradient; one chain or a diagonal ``R`` unchanged."""
+    from fisher_mala.fisher import FisherMALAState
+    from fisher_mala.whitened_warmup_looks import shared_shape
+
+    rng = np.random.default_rng(4)
+    chains, d = 3, 4
+    scales = rng.uniform(0.2, 5.0, (chains, 1, 1))  # traces far apart
+    r = np.tril(rng.normal(size=(chains, d, d))) + 3.0 * np.eye(d) * scales
+    g = rng.normal(size=(chains, d))
+    zeros = jnp.zeros((chains, d))
+    state = FisherMALAState(zeros, jnp.zeros(chains), jnp.asarray(g), jnp.asarray(r),
+                            jnp.ones(chains), jnp.ones(chains), zeros, zeros,
+                            jnp.zeros(chains, jnp.int32))  # fmt: skip
+    (shared, params), info = shared_shape(((state, "params"), "info"))
+    assert (params, info) == ("params", "info")
+    a = r @ np.swapaxes(r, 1, 2)
+    traces = np.trace(a, axis1=1, axis2=2)
+    mean = np.mean(a / traces[:, None, None], axis=0)
+    new = np.asarray(shared.sqrt_precond)
+    for c in range(chains):
+        np.testing.assert_allclose(new[c] @ new[c].T, traces[c] * mean, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(new[c], np.tril(new[c]))
+        np.testing.assert_allclose(shared.whitened_grad[c], new[c].T @ g[c], rtol=1e-12)
+    one = state._replace(sqrt_precond=state.sqrt_precond[:1])
+    assert shared_shape(((one, None), None))[0][0] is one
+    diagonal = state._replace(sqrt_precond=fm.square_roots.DiagonalSqrt(jnp.ones((chains, d))))
+    assert shared_shape(((diagonal, None), None))[0][0] is diagonal
+
+
 def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
     d = 10
     c = random_covariance(d, seed=11, jitter=0.5)
