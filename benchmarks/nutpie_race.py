@@ -186,7 +186,7 @@ def render_seeds(roots=SEED_ROOTS) -> str:
             for v, seed in zip(ratios, per_seed, strict=True)
         )
         lines.append(f"| `{t}` | {cells_text} | {means[t]:.2f} |")
-    if not targets:
+    if len(targets) < 2:  # one target: its row says it all
         return "\n".join(lines)
     overall = [np.exp(np.mean(np.log([seed[t]["per_grad"] for t in targets])))
                for seed in per_seed]  # fmt: skip
