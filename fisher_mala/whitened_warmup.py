@@ -61,7 +61,7 @@ from fisher_mala.whitened_hmc import (
     inverse_mass_matrix,
     require_blackjax,
 )
-from fisher_mala.whitened_warmup_looks import HostLooks, shared_shape
+from fisher_mala.whitened_warmup_looks import HostLooks
 from fisher_mala.whitened_warmup_parts import WarmupInParts
 
 __all__ = [
@@ -401,8 +401,7 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
                     break
             metric = on_host(self.choose, out[0][0], learned if looks else None)
         out = on_host(self.regroup, out)
-        if plateau and not self.pooled:  # no one R whitens it: each chain's R, the chains' shape
-            out = on_host(shared_shape, out)
+        out = on_host(self.share_after, out, plateau)
         settled = on_host(self.settled, out[0][0])
         self.chose_after(plateau)
         return call("tuning_stage", out, metric, settled, plateau)

@@ -77,6 +77,12 @@ class HostLooks:
         verdict = rule.update(rule.init(r_prev, n_prev), (r_now, n_now))
         return "settled" if rule.final(verdict) else "plateau" if verdict.plateau else ""
 
+    def share_after(self, fisher_out, plateau: bool):
+        """The Fisher phase's outcome, its chains given their mean shape of ``R``
+        (:func:`shared_shape`) after a phase that ended on a ``plateau``; otherwise, or
+        pooled (one ``R`` already), unchanged."""
+        return shared_shape(fisher_out) if plateau and not self.pooled else fisher_out
+
     def choose(self, fisher_state, learned: bool | None = None) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
 
@@ -145,7 +151,7 @@ def shared_shape(fisher_out):
     r = state.sqrt_precond
     if not (isinstance(r, jax.Array | np.ndarray) and np.ndim(r) == 3 and np.shape(r)[0] > 1):
         return fisher_out
-    if not validation.is_concrete(r):
+    if not validation.is_concrete(r) or not np.all(np.isfinite(r)):
         return fisher_out
     r = np.asarray(r, np.float64)
     dim = r.shape[-1]
@@ -156,7 +162,7 @@ def shared_shape(fisher_out):
         root = np.linalg.cholesky(0.5 * (mean + mean.T))
     except np.linalg.LinAlgError:
         return fisher_out
-    if not (np.all(np.isfinite(root)) and np.all(np.isfinite(scales)) and np.all(scales > 0)):
+    if not (np.all(np.isfinite(root)) and np.all(scales > 0)):
         return fisher_out
     roots = jnp.asarray(np.sqrt(scales)[:, None, None] * root, state.sqrt_precond.dtype)
     grads = jax.vmap(ravel)(state.logdensity_grad)

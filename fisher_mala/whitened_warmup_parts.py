@@ -16,7 +16,6 @@ import numpy as np
 
 from fisher_mala import leapfrog_tuning
 from fisher_mala.schedule import WarmupInfo
-from fisher_mala.whitened_warmup_looks import shared_shape
 
 __all__ = ["WarmupInParts"]
 
@@ -161,8 +160,9 @@ class WarmupInParts:
             metric = on_host(self.choose, fisher_state, meta.get("learned"))
         (fisher_state, params), info = on_host(self.regroup, ((fisher_state, params), info))
         plateau = bool(meta.get("plateau"))  # the rule ended the phase on a plateau
-        if plateau and not self.pooled:  # as `staged_run`: each chain's R, the chains' shape
-            (fisher_state, params), info = on_host(shared_shape, ((fisher_state, params), info))
+        (fisher_state, params), info = on_host(
+            self.share_after, ((fisher_state, params), info), plateau
+        )
         settled = bool(on_host(self.settled, fisher_state))
         if self.score_prior_weight is not None or self.pooled:  # in one part (docstring)
             argument = ((fisher_state, params), info)
