@@ -1,9 +1,11 @@
 """Fixed-key runs of every built-in sampler, recorded before a restructuring.
 
-``python tests/golden_cases.py`` writes ``tests/data/golden_draws.npz``;
-``tests/test_golden_draws.py`` reruns every case and compares. A restructuring that
-keeps the arithmetic keeps the draws bit-identical (same jax/jaxlib and machine); a
-change of meaning is recorded anew, and the commit says why.
+``python tests/golden_cases.py`` writes ``tests/data/golden_draws/<machine>.npz``, one
+recording per machine (:func:`machine`); ``tests/test_golden_draws.py`` reruns every case
+and compares with this machine's. A restructuring that keeps the arithmetic keeps the
+draws bit-identical (same jax/jaxlib and machine); a change of meaning is recorded anew
+on every machine at hand (the others' recordings are then deleted), and the commit says
+why.
 """
 
 import sys
@@ -13,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-PATH = Path(__file__).parent / "data" / "golden_draws.npz"
+#: One recording per machine, named by :func:`machine`.
+DIRECTORY = Path(__file__).parent / "data" / "golden_draws"
 
 #: A correlated 3-d Gaussian, precision written out (no solve: the same arithmetic on
 #: every backend version that keeps matmul).
@@ -122,6 +125,11 @@ def machine() -> str:
     return f"{platform.machine()}-{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
 
 
+def path() -> Path:
+    """This machine's recording."""
+    return DIRECTORY / f"{machine()}.npz"
+
+
 def record():
     arrays = {
         "jax_version": np.array(jax.__version__),
@@ -131,8 +139,8 @@ def record():
     for name in CASES:
         for field, value in run_case(name).items():
             arrays[f"{name}/{field}"] = value
-    PATH.parent.mkdir(exist_ok=True)
-    np.savez(PATH, **arrays)
+    DIRECTORY.mkdir(parents=True, exist_ok=True)
+    np.savez(path(), **arrays)
 
 
 if __name__ == "__main__":
