@@ -442,11 +442,21 @@ def _block_bytes(width: int, values: int) -> int:
     return values * max(RANKING_BYTES + kept, TRANSFORMS_BYTES * width)
 
 
+#: Draws (chains x draws x coordinates) of one block, at most: a thread reuses its
+#: transform buffers from block to block, and blocks of this size keep those buffers in
+#: a few tens of MB (a block's first touch of fresh pages is a page fault each) while
+#: each transform call still covers enough series to amortize NumPy's per-call cost.
+#: Measured on 4 x 20000 x 100 MALA draws: 0.54 s with two blocks, 0.49 s with blocks
+#: of 12 coordinates; on 4 x 2000 x 785 AR(1) draws, 0.63 s and 0.56 s with 131.
+BLOCK_VALUES = 2**20
+
+
 def _plan(x: np.ndarray, budget_bytes):
     """``(workers, blocks)``: threads, and slices of the coordinates: a first one of one
     coordinate (its autocorrelations' length sets the transforms' length of the others),
-    then blocks of the others whose working memory, ``workers`` of them in flight, fits
-    ``budget_bytes`` (one coordinate at a time on one thread when even that does not)."""
+    then blocks of the others of at most :data:`BLOCK_VALUES` draws whose working memory,
+    ``workers`` of them in flight, fits ``budget_bytes`` (one coordinate at a time on one
+    thread when even that does not)."""
     dim, values = x.shape[-1], x.shape[0] * max(x.shape[1], 1)
     workers = max(1, min(os.cpu_count() or 1, dim - 1))
     if budget_bytes is None:
@@ -460,7 +470,7 @@ def _plan(x: np.ndarray, budget_bytes):
                 (per_value - RANKING_BYTES) / (KEPT_BYTES + BUFFERS_BYTES),
             )
         )
-    width = max(1, min(width, -(-(dim - 1) // workers)))
+    width = max(1, min(width, -(-(dim - 1) // workers), BLOCK_VALUES // values))
     return workers, [slice(0, 1)] + [slice(i, min(i + width, dim)) for i in range(1, dim, width)]
 
 
