@@ -550,6 +550,19 @@ def _driver_values() -> dict:
     }
 
 
+def _compile_values() -> dict:
+    c = _load("compile_cost.json")
+    default = c["default"]
+    return {
+        "compile_wall": f"{default['wall_seconds']:.1f}",
+        "compile_seconds": f"{default['compile_seconds']:.1f}",
+        "compile_programs": len(default["programs"]),
+        "compile_each": ", ".join(f"{s:.1f}" for _, s in default["programs"]),
+        "cache_first": f"{c['persistent_cache_first_process']['wall_seconds']:.1f}",
+        "cache_second": f"{c['persistent_cache_second_process']['wall_seconds']:.1f}",
+    }
+
+
 def _long_run_values() -> dict:
     lr = _load("long_run_1e6.json")
     return {
@@ -740,6 +753,7 @@ def _values(out: Path = DOCS) -> dict:
         **_race_values(RESULTS / "race"),
         **_projection_values(RESULTS / "race"),
         **_driver_values(),
+        **_compile_values(),
         **_long_run_values(),
         **_gpu_values(),
     }
