@@ -13,6 +13,7 @@ written to ``benchmarks/results/diagnostics_cost.md``, which the reliability pag
     python -m benchmarks.diagnostics_cost               # quickstart and mnist56 cells
     python -m benchmarks.diagnostics_cost --backends    # R-hat + bulk ESS: three backends
     python -m benchmarks.diagnostics_cost --render      # the table only
+    python -m benchmarks.diagnostics_cost --block-values  # the pass per block size
 
 ``--backends`` times rank-normalized R-hat and bulk ESS on AR(1) draws of the cells'
 shapes with the library's vectorized NumPy code (one estimator at a time, and the one pass
@@ -156,6 +157,40 @@ def run_backends() -> dict:
     return out
 
 
+def run_block_values(sizes=(2**40, 2**21, 2**20, 2**19), repeats=6) -> dict:
+    """Median seconds of the one pass on the quickstart cells' draws, per block size
+    (``convergence_pass.BLOCK_VALUES``; 2^40: no bound, one block per thread), the sizes
+    taking turns so that the machine's drift falls on all alike. Printed, not cached."""
+    import jax
+
+    import fisher_mala as fm
+    from fisher_mala import convergence_pass
+    from fisher_mala.checks import coordinate_names
+
+    default = convergence_pass.BLOCK_VALUES
+    out = {}
+    for name in ("quickstart_mala", "quickstart_fisher_mala"):
+        target_name, sampler, chains, num_warmup, num_samples = CELLS[name]
+        target = fm.targets.get(target_name)
+        key_init, key_run = jax.random.split(jax.random.key(0))
+        result = fm.sample(key_run, sampler, target.logdensity_fn,
+                           target.initial_positions(key_init, chains), num_warmup=num_warmup,
+                           num_samples=num_samples, diagnose=False)  # fmt: skip
+        x = np.asarray(coordinate_names(result)[1])
+        seconds = {size: [] for size in sizes}
+        try:
+            for _ in range(repeats):
+                for size in sizes:
+                    convergence_pass.BLOCK_VALUES = size
+                    start = time.perf_counter()
+                    convergence_pass.diagnostics_pass(x)
+                    seconds[size].append(time.perf_counter() - start)
+        finally:
+            convergence_pass.BLOCK_VALUES = default
+        out[name] = {f"2^{int(np.log2(k))}": float(np.median(v)) for k, v in seconds.items()}
+    return out
+
+
 def render() -> str:
     header = [
         "cell", "draws (chains x draws x d)", "`fm.sample` call (s)", "`fm.diagnose` (s)",
@@ -211,7 +246,12 @@ def main(argv=None):
     parser.add_argument("--render", action="store_true", help="write the table only")
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--backends", action="store_true", help="time the three backends")
+    parser.add_argument("--block-values", action="store_true",
+                        help="the one pass's seconds per block size (printed)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.block_values:
+        print(run_block_values())
+        return
     if args.backends:
         print(run_backends())
     elif not args.render:

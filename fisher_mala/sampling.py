@@ -187,7 +187,11 @@ def _starts_checked():
         _STARTS_CHECKED.reset(token)
 
 
-def _check_initial_positions(logdensity_fn, initial_positions) -> int:
+def _check_initial_positions(logdensity_fn, initial_positions, data=None) -> int:
+    """The number of chains, after checking every chain's start: its shape, and its log
+    density and gradient finite (``logdensity_fn(position, data)`` where ``data`` is given:
+    an argument of the compiled check, never a constant in it, as the data of a run over
+    several processes cannot be)."""
     validation.check_position(initial_positions)
     shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(initial_positions)]
     if any(len(s) == 0 for s in shapes):
@@ -204,13 +208,18 @@ def _check_initial_positions(logdensity_fn, initial_positions) -> int:
     if num_chains < 1:
         raise ValueError("`initial_positions` has no chains (leading axis of size 0).")
     first = jax.tree.map(lambda x: x[0], initial_positions)
-    validation.check_logdensity(logdensity_fn, first, evaluate=False)  # shape and dtype
+    validation.check_logdensity(_bind(logdensity_fn, data), first, evaluate=False)  # shape, dtype
     if _STARTS_CHECKED.get():
         return int(num_chains)
     # Every chain's value and gradient in one small compiled program: run op by op, a
     # model's log density compiles each of its operations on its own (seconds for a
     # NumPyro model), before the sampler's own compilation.
-    values, grads = jax.jit(jax.vmap(jax.value_and_grad(logdensity_fn)))(initial_positions)
+    if data is None:
+        evaluate = jax.vmap(jax.value_and_grad(logdensity_fn))
+        values, grads = jax.jit(evaluate)(initial_positions)
+    else:
+        evaluate = jax.vmap(jax.value_and_grad(logdensity_fn), in_axes=(0, None))
+        values, grads = jax.jit(evaluate)(initial_positions, data)
     bad = np.flatnonzero(~np.isfinite(np.asarray(values)))
     if bad.size:
         raise ValueError(
@@ -1033,7 +1042,7 @@ def sample(
         options = {**options, "rank": resolve_rank(options["rank"], dim)}
     plan = _plan(sampler, options, data, logdensity_fn)
     validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
-    num_chains = _check_initial_positions(_bind(logdensity_fn, data), initial_positions)
+    num_chains = _check_initial_positions(logdensity_fn, initial_positions, data)
     warmup = plan.kernels(_bind(logdensity_fn, data))[0]
     if callable(getattr(warmup, "check", None)):  # the options at every warm-up iteration
         warmup.check(num_warmup, initial_positions)
