@@ -445,9 +445,8 @@ def _block_bytes(width: int, values: int) -> int:
 #: Draws (chains x draws x coordinates) of one block, at most: a thread reuses its
 #: transform buffers from block to block, and blocks of this size keep those buffers in
 #: a few tens of MB (a block's first touch of fresh pages is a page fault each) while
-#: each transform call still covers enough series to amortize NumPy's per-call cost.
-#: Measured on 4 x 20000 x 100 MALA draws: 0.54 s with two blocks, 0.49 s with blocks
-#: of 12 coordinates; on 4 x 2000 x 785 AR(1) draws, 0.63 s and 0.56 s with 131.
+#: each transform call still covers enough series to amortize NumPy's per-call cost
+#: (``python -m benchmarks.diagnostics_cost --block-values`` times the pass per size).
 BLOCK_VALUES = 2**20
 
 

@@ -214,12 +214,10 @@ def _check_initial_positions(logdensity_fn, initial_positions, data=None) -> int
     # Every chain's value and gradient in one small compiled program: run op by op, a
     # model's log density compiles each of its operations on its own (seconds for a
     # NumPyro model), before the sampler's own compilation.
-    if data is None:
-        evaluate = jax.vmap(jax.value_and_grad(logdensity_fn))
-        values, grads = jax.jit(evaluate)(initial_positions)
-    else:
-        evaluate = jax.vmap(jax.value_and_grad(logdensity_fn), in_axes=(0, None))
-        values, grads = jax.jit(evaluate)(initial_positions, data)
+    evaluate = jax.vmap(
+        jax.value_and_grad(lambda x, data: _bind(logdensity_fn, data)(x)), in_axes=(0, None)
+    )
+    values, grads = jax.jit(evaluate)(initial_positions, data)
     bad = np.flatnonzero(~np.isfinite(np.asarray(values)))
     if bad.size:
         raise ValueError(
