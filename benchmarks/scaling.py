@@ -122,7 +122,7 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
         state = fisher.init(x, fn, 1.0 / dim)
 
         def body(state, i):
-            state, _ = kernel(jax.random.fold_in(jax.random.key(0), i), state, fn, 0.574, 0.015)
+            state, _ = kernel(jax.random.fold_in(jax.random.key(0), i), state, fn)
             return state, None
 
         state, _ = jax.lax.scan(body, state, jnp.arange(num_steps))
@@ -149,7 +149,7 @@ def cell(problem: str, dim: int, devices: int, steps: int, rows: int) -> dict:
         def step(state, data):
             def one(s, d=None):
                 fn = lambda y: logdensity(y, d)  # noqa: E731
-                return kernel(jax.random.key(0), s, fn, 0.574, 0.015)[0]
+                return kernel(jax.random.key(0), s, fn)[0]
 
             return map_over_chains(one, state, mesh=mesh, shared=data)
 
@@ -212,7 +212,6 @@ def low_rank_cell(dim: int, rank: int, steps: int) -> dict:
         jax.block_until_ready(compiled(x0))
         best = min(best, time.perf_counter() - start)
     program = _program_bytes(compiled)
-    width = min(low_rank.SEARCH_BLOCKS * rank, dim)
     return {
         "problem": "low_rank",
         "dim": dim,
@@ -220,15 +219,70 @@ def low_rank_cell(dim: int, rank: int, steps: int) -> dict:
         "steps": steps,
         "us_per_iteration": 1e6 * best / steps,
         "compile_s": compile_s,
-        # W, Z and the positions' products (d x 3k each), the probes (d x 2k), Q (d x k),
-        # and O(d) vectors
-        "state_bytes": 4 * dim * (3 * width + min(low_rank.PROBE_BLOCKS * rank, dim - width)
-                                  + rank + 8),
+        "state_bytes": _low_rank_state_bytes(dim, rank),
         "program_bytes": program,
         "device_kind": jax.devices()[0].device_kind,
         "platform": jax.default_backend(),
         "jax": jax.__version__,
     }
+
+
+def _low_rank_state_bytes(dim: int, rank: int) -> int:
+    """The learner's state in float32: W, Z and the positions' products (d x 3k each), the
+    probes (d x 2k), Q (d x k), and O(d) vectors."""
+    from fisher_mala import low_rank
+
+    width = min(low_rank.SEARCH_BLOCKS * rank, dim)
+    return 4 * dim * (3 * width + min(low_rank.PROBE_BLOCKS * rank, dim - width) + rank + 8)
+
+
+#: The lines ``run_low_rank``, ``run_low_rank_widening`` and ``_child`` print per cell.
+LOG_LINES = {
+    "low_rank": re.compile(r"^low_rank d= *(\d+) k= *(\d+): +([\d.]+) us, program +([\d.]+) MB"),
+    "low_rank_widening": re.compile(
+        r"^low_rank widening d= *(\d+) k= *(\d+): (\d+) draws kept, program +([\d.]+) MB"
+    ),
+    "precond": re.compile(r"^precond +d= *(\d+) devices=1: +([\d.]+) us/iteration"),
+}
+
+
+def records_from_log(text: str, device_kind: str, jax_version: str, source: str) -> list:
+    """Cells rebuilt from the lines a run printed, where its JSON files were lost (the
+    device machine's files did not come back): the printed figures, rounded as printed
+    (0.1 us, 0.1 MB), no compile time, and for the dense cells no program size."""
+    common = {"device_kind": device_kind, "platform": "gpu", "jax": jax_version,
+              "compile_s": None, "source": source}  # fmt: skip
+    records = []
+    for line in text.splitlines():
+        if match := LOG_LINES["low_rank"].match(line):
+            dim, rank = int(match[1]), int(match[2])
+            records.append({"problem": "low_rank", "dim": dim, "rank": rank, "steps": None,
+                            "us_per_iteration": float(match[3]),
+                            "state_bytes": _low_rank_state_bytes(dim, rank),
+                            "program_bytes": float(match[4]) * 1e6, **common})  # fmt: skip
+        elif match := LOG_LINES["low_rank_widening"].match(line):
+            dim, rank, rows = int(match[1]), int(match[2]), int(match[3])
+            records.append({"problem": "low_rank_widening", "dim": dim, "rank": rank,
+                            "kept_draws": rows, "moments_bytes": 4 * 2 * rows * dim,
+                            "program_bytes": float(match[4]) * 1e6, **common})  # fmt: skip
+        elif match := LOG_LINES["precond"].match(line):
+            dim = int(match[1])
+            records.append({"problem": "precond", "dim": dim, "devices": 1, "rows": None,
+                            "steps": None, "us_per_iteration": float(match[2]),
+                            "held_bytes_per_device": 4.0 * dim * dim,
+                            "program_bytes_per_device": None,
+                            "collective_bytes_per_iteration": 0, **common})  # fmt: skip
+    return records
+
+
+def _record_path(record) -> Path:
+    kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
+    folder = RESULTS / kind.replace(" ", "_")
+    if record["problem"] == "low_rank":
+        return folder / f"low_rank_d{record['dim']}_k{record['rank']}.json"
+    if record["problem"] == "low_rank_widening":
+        return folder / f"low_rank_widening_d{record['dim']}_k{record['rank']}.json"
+    return folder / f"{record['problem']}_d{record['dim']}_n{record['devices']}.json"
 
 
 def low_rank_widening_cell(dim: int, rank: int) -> dict:
@@ -317,6 +371,11 @@ def run_low_rank(dims, ranks, steps: int) -> None:
                   f"program {record['program_bytes'] / 1e6:9.1f} MB", flush=True)  # fmt: skip
 
 
+def _ns_per_dk(record) -> str:
+    value = 1e3 * record["us_per_iteration"] / (record["dim"] * record["rank"])
+    return f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
 def render_low_rank(kind: str = "cpu") -> str:
     """Time and memory per iteration of the low-rank cells, beside the dense ones."""
     folder = RESULTS / kind
@@ -341,7 +400,7 @@ def render_low_rank(kind: str = "cpu") -> str:
         w = widening.get((r["dim"], r["rank"]))
         rows.append([
             r["rank"], f"{r['dim']:,}", f"{r['us_per_iteration']:.0f}",
-            f"{1e3 * r['us_per_iteration'] / (r['dim'] * r['rank']):.1f}",
+            _ns_per_dk(r),
             f"{r['program_bytes'] / 1e6:.1f}", f"{r['state_bytes'] / 1e6:.1f}",
             f"{w['program_bytes'] / 1e6:.1f} ({w['kept_draws']} draws)" if w else "",
             f"{d['us_per_iteration']:.0f}" if d else "",
@@ -499,7 +558,19 @@ def main(argv=None) -> None:
     parser.add_argument("--ranks", default="8,32,128", help="k of the --low-rank cells")
     parser.add_argument("--low-rank-widening", default="",
                         help="the low-rank widening's memory: these d")  # fmt: skip
+    parser.add_argument("--from-log", nargs=3, metavar=("LOG", "DEVICE_KIND", "JAX"),
+                        help="cells rebuilt from a run's printed lines (missing ones only)")
     args = parser.parse_args(argv)
+    if args.from_log:
+        log, device_kind, jax_version = args.from_log
+        text = Path(log).read_text()
+        for record in records_from_log(text, device_kind, jax_version, Path(log).name):
+            path = _record_path(record)
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(record, indent=1))
+                print("wrote", path.relative_to(RESULTS))
+        return
     if args.low_rank_widening:
         dims = [int(d) for d in args.low_rank_widening.split(",")]
         run_low_rank_widening(dims, [int(k) for k in args.ranks.split(",")])

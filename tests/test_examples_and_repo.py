@@ -39,6 +39,8 @@ def test_quickstart_runs_in_quick_mode(tmp_path):
         for name in ("mala", "fisher_mala")
     }
     assert ess["fisher_mala"] > 5 * ess["mala"], ess
+    # each sampler's whole call is timed beside its phases
+    assert len(re.findall(r"the whole fm.sample call [\d.]+ s", proc.stdout)) == 2, proc.stdout
     assert (tmp_path / "preconditioner.png").stat().st_size > 1000
     assert (tmp_path / "fisher_mala.nc").stat().st_size > 1000
 
@@ -234,6 +236,20 @@ def test_large_problems_page_shows_the_committed_scaling_runs(tmp_path):
     page.write_text(committed)
     assert scaling.write_docs(page) == committed
     assert "| precond | " in committed and "| data | " in committed
+
+
+def test_scaling_cells_run_at_a_small_d():
+    """The scaling benchmark's cells run against today's kernels (the dense one was left
+    calling an older step signature once): a few iterations each, on one CPU device."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import scaling
+
+    dense = scaling.cell("precond", 32, 1, 2, 100)
+    low = scaling.low_rank_cell(64, 4, 2)
+    for record in (dense, low):
+        assert record["us_per_iteration"] > 0 and record["dim"] in (32, 64), record
+    assert dense["held_bytes_per_device"] == 4 * 32 * 32
+    assert dense["collective_bytes_per_iteration"] == 0  # one device: nothing exchanged
 
 
 def test_reliability_page_shows_the_committed_checks(tmp_path):
