@@ -5,14 +5,20 @@ low-rank approximations as the way past that. This module learns, from the same 
 (Eq. (16), one gradient per MALA step) and the chain's positions, a square root of the form
 :class:`~fisher_mala.square_roots.LowRankSqrt`, ``R = D^(1/2) (I + Q diag(c) Q^T)``:
 
-* ``D``: a diagonal, ``sqrt(Var x / F_ii)`` from the positions' running variances and the
-  signals' running Fisher diagonal ``F_ii = (lambda + sum_n s_ni^2) / (1 + n)`` (the
-  diagonal of Seyboldt et al.'s Fisher HMC; ``D = I / lambda`` at the start, as the dense
-  ``R_0 = I / sqrt(lambda)``); or, with ``diagonal="unit"``, the identity times the
-  learned level, for coordinates in which the prior is ``N(0, I)`` (a non-centred model, a
-  whitened Gaussian process) and the data inform a few directions: there the rule above
-  shrinks the informed coordinates, which turns each stiff direction into a stiff and a
-  loose one, and loose ones are found late (below);
+* ``D``: a diagonal (``D = I / lambda`` at the start, as the dense ``R_0 = I /
+  sqrt(lambda)``), by default (``diagonal="learned"``) ``sqrt(Var x / F_ii)`` from the
+  positions' running variances and the signals' running Fisher diagonal ``F_ii = (lambda
+  + sum_n s_ni^2) / (1 + n)`` (the diagonal of Seyboldt et al.'s Fisher HMC). It reads the
+  target's marginals whatever ``Q`` explains, so where the data inform a few directions of
+  coordinates whose prior is ``N(0, I)`` (a non-centred model, a whitened Gaussian
+  process) it shrinks the informed coordinates, which turns each stiff direction into a
+  stiff and a loose one, and loose ones are found late (below). With
+  ``diagonal="whitened"``, ``D`` is held for the first :data:`WHITENED_DELAY_CYCLES`
+  cycles, then moved a quarter of the way per cycle (:data:`WHITENED_STEP`, log scale)
+  toward the diagonal that whitens what the whole ``R`` leaves, read off the whitened
+  signals' and positions' second moments (:func:`_whitened_correction`): it corrects only
+  what ``Q`` does not explain, and converges more slowly. With ``diagonal="unit"``, the
+  identity times the learned level;
 * ``Q`` and ``c``: the ``k`` directions in which, seen through the current ``R``, the
   target is farthest from what ``R`` assumes, **at both ends** (on a log scale): loose
   directions of strong posterior correlation (a hierarchical model's population
@@ -98,6 +104,9 @@ __all__ = [
     "BUFFER",
     "PROBE_BLOCKS",
     "DIAGONALS",
+    "DEFAULT_DIAGONAL",
+    "WHITENED_STEP",
+    "WHITENED_DELAY_CYCLES",
 ]
 
 #: Blocks of ``k`` columns in the search basis: the kept directions, the residuals of the
@@ -132,8 +141,27 @@ THETA_BOUNDS = (1e-4, 1e4)
 #: space, module docstring): their median Ritz value is unmoved by fewer than ``k``
 #: directions that are not yet found.
 PROBE_BLOCKS = 2
-#: ``diagonal`` choices: ``D`` from the positions and signals, or the identity.
-DIAGONALS = ("learned", "unit")
+#: The ``diagonal`` of ``fm.sample(..., rank=k)`` unless ``low_rank_diagonal`` says
+#: otherwise. ``"whitened"`` was tried as the default and measured against it
+#: (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md``): 2.2 to 2.4 times the
+#: min ESS per gradient on the latent Gaussian process, but 0.81 to 0.88 times on the
+#: Gaussian whose diagonal spans e^-2 .. e^2 and over four times slower on the 10 000-group
+#: hierarchical regression, where its quarter steps have not converged by the end of the
+#: Fisher phase.
+DEFAULT_DIAGONAL = "learned"
+#: ``diagonal="whitened"``: the fraction of the correction (log scale) applied per cycle.
+#: A whole step is exact on a diagonal target but, before ``Q`` has the stiff directions of
+#: a prior-whitened model, turns them into a diagonal that ``Q`` then fights, and the two
+#: diverge (``python -m benchmarks.low_rank_diagonal --synthetic``: relative Frobenius error
+#: 5.2 to 5.6 with a whole step on a prior plus four informed directions, 0.06 with a
+#: quarter after :data:`WHITENED_DELAY_CYCLES`).
+WHITENED_STEP = 0.25
+#: ``diagonal="whitened"``: cycles with ``D`` held (at its start), for ``Q`` to find the
+#: stiffest directions first.
+WHITENED_DELAY_CYCLES = 4
+#: ``diagonal`` choices: ``D`` from the positions and signals, the identity, or the
+#: correction the whitened signals and positions ask for (:func:`_whitened_correction`).
+DIAGONALS = ("learned", "unit", "whitened")
 
 
 class LowRankFisherState(NamedTuple):
@@ -160,6 +188,9 @@ class LowRankFisherState(NamedTuple):
         autocorrelation).
     position_sum
         ``(d,)``, the sum of the positions (for ``xbar``).
+    whitened_squares
+        ``(2, d)``, ``sum psi^2`` and ``sum zeta^2`` over the current cycle: the diagonals
+        of the whitened signals' and positions' second moments (``diagonal="whitened"``).
     trace_sum
         ``sum ||phi||^2`` over the current cycle (``tr F~`` times ``T``).
     probes
@@ -185,6 +216,7 @@ class LowRankFisherState(NamedTuple):
     position_products: Array
     position_sum: Array
     position_squares: Array
+    whitened_squares: Array
     trace_sum: Array
     probes: Array
     probe_gram: Array
@@ -230,6 +262,7 @@ def init(rng_key, dim: int, dtype, rank: int, damping=DAMPING) -> LowRankFisherS
         position_products=jnp.zeros((dim, width), dtype),
         position_sum=jnp.zeros((dim,), dtype),
         position_squares=jnp.zeros((dim,), dtype),
+        whitened_squares=jnp.zeros((2, dim), dtype),
         trace_sum=jnp.zeros((), dtype),
         probes=probes,
         probe_gram=jnp.zeros((probes.shape[1],) * 2, dtype),
@@ -280,6 +313,32 @@ def _ritz(state: LowRankFisherState, rank: int):
     return mu[order], vectors[:, order], bulk
 
 
+def _whitened_correction(moments: Array, step) -> Array:
+    """``diagonal="whitened"``: the factor on ``D^(1/2)`` that moves the diagonal of the
+    whitened target toward isotropy, from one cycle's ``E[psi^2]`` and ``E[zeta^2]`` (rows
+    of ``moments``), its geometric mean 1 (the level is the rest's, set after).
+
+    Seen through the current ``R``, a Gaussian target is ``B = R^T F R``; the whitened
+    signal's second moment is ``B^2`` (``docs/signal_bias.md``) and the whitened
+    positions' is ``B^(-1)``. On the diagonal, ``b_i = E[psi_i^2]^(1/4) E[zeta_i^2]^(-1/2)``
+    (the geometric mean of the two estimates of ``B_ii``), and ``D_ii^(1/2) / sqrt(b_i)``
+    whitens coordinate ``i`` of a diagonal target in one cycle; ``step`` takes that
+    fraction of the way on a log scale (:data:`WHITENED_STEP`). Unlike ``"learned"``'s
+    rule, which reads the target's marginal variances and Fisher diagonal whatever ``Q``
+    already explains, this one corrects what ``R`` as a whole leaves: where the low-rank
+    part has the stiff directions of a prior-whitened model, ``D`` stays near the
+    identity.
+    """
+    psi2, zeta2 = moments
+    usable = (psi2 > 0) & (zeta2 > 0) & jnp.isfinite(psi2) & jnp.isfinite(zeta2)
+    log_factor = step * (
+        0.25 * jnp.log(jnp.where(usable, zeta2, 1.0))
+        - 0.125 * jnp.log(jnp.where(usable, psi2, 1.0))
+    )
+    log_factor = jnp.where(usable, log_factor, 0.0)
+    return jnp.exp(log_factor - jnp.mean(log_factor))
+
+
 def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRankFisherState:
     """End of a cycle (module docstring): the fixed point of the whitened second moment,
     the new ``R`` truncated to ``rank`` directions, ``D``, the next search basis and
@@ -322,6 +381,10 @@ def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRank
     scale = jnp.sqrt(jnp.sqrt(variance / fisher_diagonal))
     if diagonal == "unit":
         scale = root.scale  # the identity, at the level it has
+    elif diagonal == "whitened":  # after the first cycles, a step toward the correction
+        factor = _whitened_correction(state.whitened_squares / signals, WHITENED_STEP)
+        started = state.count >= WHITENED_DELAY_CYCLES * cycle_length(rank)
+        scale = root.scale * jnp.where(started, factor, 1.0)
     scale = scale * jnp.sqrt(jnp.exp(jnp.mean(jnp.log(root.scale**2 / scale**2))))
     scale = scale / jnp.sqrt(jnp.sqrt(bulk))
     key = jax.random.fold_in(jax.random.key(0), state.count)  # the probes: any fresh draw
@@ -332,6 +395,7 @@ def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRank
         products=jnp.zeros_like(state.products),
         position_products=jnp.zeros_like(state.position_products),
         trace_sum=jnp.zeros_like(state.trace_sum),
+        whitened_squares=jnp.zeros_like(state.whitened_squares),
         probes=_probes(key, basis, state.probes.shape[1]),
         probe_gram=jnp.zeros_like(state.probe_gram),
         cycle=jnp.zeros_like(state.cycle),
@@ -373,6 +437,7 @@ def update(
         count=state.count + 1,
         position_sum=position_sum,
         position_squares=state.position_squares + position**2,
+        whitened_squares=state.whitened_squares + jnp.stack([whitened_signal, zeta]) ** 2,
         trace_sum=state.trace_sum + whitened_signal @ whitened_signal,
         cycle=state.cycle + 1,
         signal_buffer=state.signal_buffer.at[slot].set(whitened_signal),
@@ -381,7 +446,7 @@ def update(
 
 
 def end_of_block(
-    state: LowRankFisherState, rank: int, damping=DAMPING, diagonal="learned"
+    state: LowRankFisherState, rank: int, damping=DAMPING, diagonal=DEFAULT_DIAGONAL
 ) -> LowRankFisherState:
     """After every :data:`BUFFER` updates (and after the last): absorb the buffers, and
     end the cycle (:func:`_refresh`) once it has its length.
@@ -457,7 +522,7 @@ def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
     return step
 
 
-def finish_block(rank: int, damping=DAMPING, diagonal="learned") -> Callable:
+def finish_block(rank: int, damping=DAMPING, diagonal=DEFAULT_DIAGONAL) -> Callable:
     """``carry -> carry``: :func:`end_of_block` on ``(fisher_state, learner)``, the new
     ``R`` carried into the FisherMALA state (its trace and whitened gradient)."""
     from fisher_mala import square_roots
@@ -477,7 +542,7 @@ def finish_block(rank: int, damping=DAMPING, diagonal="learned") -> Callable:
 
 
 def scan_adaptive(rng_key, carry, logdensity_fn, num_steps: int, rank: int, step_size_rule,
-                  damping=DAMPING, diagonal="learned"):  # fmt: skip
+                  damping=DAMPING, diagonal=DEFAULT_DIAGONAL):  # fmt: skip
     """``num_steps`` adaptive iterations in blocks of :data:`BUFFER` (as the warm-up runs
     them): ``(carry, acceptance rates)``."""
     step = adaptive_step(step_size_rule, rank, damping)
@@ -512,7 +577,8 @@ def check_diagonal(diagonal) -> str:
     if diagonal not in DIAGONALS:
         raise ValueError(
             f"`low_rank_diagonal` must be one of {DIAGONALS}, got {diagonal!r}: 'unit' holds "
-            "D at the identity (coordinates whose prior is N(0, I)), 'learned' learns it."
+            "D at the identity (coordinates whose prior is N(0, I)), 'learned' learns it from "
+            "the draws and signals, 'whitened' from what the whole R leaves unexplained."
         )
     return diagonal
 

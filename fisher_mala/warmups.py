@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fisher_mala import adamala, fisher, hmc, mala, mmala, pooled, validation
+from fisher_mala import adamala, fisher, hmc, low_rank, mala, mmala, pooled, validation
 from fisher_mala.adaptations.dual_averaging import dual_averaging
 from fisher_mala.adaptations.fisher import DAMPING, capped_share, fisher_preconditioner
 from fisher_mala.adaptations.haario import haario_covariance
@@ -411,7 +411,7 @@ def fisher_mala_warmup(
     rank: int | None = None,
     fast_start: bool = False,
     restart_windows: tuple[int, ...] = (),
-    low_rank_diagonal: str = "learned",
+    low_rank_diagonal: str = low_rank.DEFAULT_DIAGONAL,
 ) -> Warmup:
     """Algorithm 1's warm-up: a MALA phase, then adaptive FisherMALA iterations.
 
@@ -436,11 +436,17 @@ def fisher_mala_warmup(
         Fisher preconditioner of :mod:`fisher_mala.low_rank` (``O(d k)`` time and memory
         per iteration; the Rao-Blackwellized signal, Proposition 4's rates).
     low_rank_diagonal
-        With ``rank``: ``"learned"`` (default), the diagonal ``D`` of
-        :mod:`fisher_mala.low_rank` from the chain's positions and signals; ``"unit"``,
-        ``D`` held at the identity (times the learned level), for coordinates in which
-        the prior is ``N(0, I)`` and the data inform a few directions (a non-centred
-        hierarchical model, a whitened latent Gaussian process).
+        With ``rank``: how the diagonal ``D`` of :mod:`fisher_mala.low_rank` is learned.
+        ``"learned"`` (default): ``sqrt(Var x / F_ii)`` from the chain's positions and
+        signals (nutpie's diagonal), which converges fastest where the target's
+        heterogeneity lies on the coordinates but shrinks the coordinates that a few
+        informed directions load on. ``"whitened"``: after the first cycles, a quarter
+        step per cycle toward the diagonal that whitens what the whole ``R`` leaves, so
+        that ``D`` does not take on stiffness the low-rank part explains (a whitened
+        latent Gaussian process), converging more slowly elsewhere. ``"unit"``: ``D`` held
+        at the identity (times the learned level), for coordinates in which the prior is
+        ``N(0, I)`` and the data inform a few directions (a non-centred hierarchical
+        model, a whitened latent Gaussian process).
     fast_start
         ``False``: Algorithm 1. ``True`` (needs BlackJAX): the MALA phase adapts
         ``sigma^2`` by dual averaging (a far start, where the searched step is orders of
@@ -471,7 +477,7 @@ def fisher_mala_warmup(
             logdensity_fn, rank, num_mala_steps, damping, signal, learning_rate, trace_every,
             record_precond, initial_step_size, find_step_size, target, rho, low_rank_diagonal,
         )  # fmt: skip
-    if low_rank_diagonal != "learned":
+    if low_rank_diagonal != low_rank.DEFAULT_DIAGONAL:
         raise ValueError("`low_rank_diagonal` needs `rank`: the dense R has no separate D.")
     _check_step_size_options(initial_step_size, target, rho)
     # validates damping and signal eagerly; the schedule at every update it will be used,
@@ -569,11 +575,10 @@ def fisher_mala_warmup(
 
 def _low_rank_warmup(
     logdensity_fn, rank, num_mala_steps, damping, signal, learning_rate, trace_every,
-    record_precond, initial_step_size, find_step_size, target, rho, diagonal="learned",
+    record_precond, initial_step_size, find_step_size, target, rho,
+    diagonal=low_rank.DEFAULT_DIAGONAL,
 ) -> Warmup:  # fmt: skip
     """:func:`fisher_mala_warmup` with the low-rank learner (:mod:`fisher_mala.low_rank`)."""
-    from fisher_mala import low_rank
-
     rank = low_rank.check_rank(rank)
     diagonal = low_rank.check_diagonal(diagonal)
     _check_step_size_options(initial_step_size, target, rho)
@@ -645,7 +650,7 @@ def pooled_fisher_mala_warmup(
     target_acceptance_rate=MALA_TARGET_ACCEPTANCE,
     step_size_learning_rate=STEP_SIZE_LEARNING_RATE,
     rank: int | None = None,
-    low_rank_diagonal: str = "learned",
+    low_rank_diagonal: str = low_rank.DEFAULT_DIAGONAL,
 ) -> Warmup:
     """The warm-up of :mod:`fisher_mala.pooled`, all chains together (``run`` takes every
     chain's position, leading axis).
@@ -656,7 +661,7 @@ def pooled_fisher_mala_warmup(
     (re-anchoring ``tr(R R^T)`` every 1000 iterations). Options as in
     :func:`fisher_mala_warmup`.
     """
-    if rank is not None or low_rank_diagonal != "learned":
+    if rank is not None or low_rank_diagonal != low_rank.DEFAULT_DIAGONAL:
         raise ValueError(
             "`rank` is not available with pooled=True: the low-rank Fisher preconditioner "
             "learns one R per chain (fisher_mala.low_rank); drop one of them."

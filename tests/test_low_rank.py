@@ -147,6 +147,42 @@ def test_a_unit_diagonal_learns_the_prior_plus_informed_directions():
         assert _relative_frobenius(np.asarray(dense @ dense.T), sigma) < 0.15
 
 
+def test_the_whitened_correction_whitens_a_diagonal_gaussian_in_one_whole_step():
+    """On a diagonal Gaussian (sd sigma) seen through R = diag(r): E[psi^2] = (r^2 /
+    sigma^2)^2 (the signal's bias, B^2) and E[zeta^2] = sigma^2 / r^2 (B^(-1)); one whole
+    step of the correction makes r proportional to sigma, a step s goes that fraction of
+    the way on a log scale, and coordinates without a usable moment are left alone."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(3)
+        r, sigma = np.exp(rng.normal(size=50)), np.exp(rng.normal(size=50))
+        moments = jnp.asarray(np.stack([(r**2 / sigma**2) ** 2, sigma**2 / r**2]))
+        whole = r * np.asarray(low_rank._whitened_correction(moments, 1.0))
+        np.testing.assert_allclose(whole / sigma, np.full(50, whole[0] / sigma[0]), rtol=1e-12)
+        quarter = np.log(np.asarray(low_rank._whitened_correction(moments, 0.25)))
+        target = np.log(sigma / r)
+        np.testing.assert_allclose(quarter, 0.25 * (target - target.mean()), atol=1e-12)
+        moments = moments.at[0, 7].set(0.0).at[1, 9].set(jnp.nan)
+        factor = np.asarray(low_rank._whitened_correction(moments, 1.0))
+        assert np.isfinite(factor).all()
+        np.testing.assert_allclose(factor[[7, 9]], factor[7], rtol=1e-12)  # both untouched
+        assert abs(np.mean(np.log(factor))) < 1e-12
+
+
+def test_a_whitened_diagonal_learns_both_kinds_of_diagonal_plus_low_rank_covariance():
+    """``diagonal="whitened"`` (d = 200, k = 8): on the diagonal spanning e^-2 .. e^2 plus
+    rank 4 (20 000 iterations) the trace-normalized A within 8% of Sigma in relative
+    Frobenius norm, where ``"learned"``'s rule is 11% away; on the prior plus four informed
+    directions (8000 iterations) within 10%, where ``"learned"``'s is 70% away (it shrinks
+    the informed coordinates) and ``"unit"``, which knows the prior, 4%."""
+    with jax.enable_x64(True):
+        for make, num_steps, bound in ((_diag_plus_low_rank, 20_000, 0.08),
+                                       (_prior_plus_informed, 8000, 0.10)):  # fmt: skip
+            sigma, _, rng = make()
+            root = _learn(sigma, rng, 8, num_steps, diagonal="whitened")[0].sqrt_precond
+            dense = np.asarray(square_roots.dense(root))
+            assert _relative_frobenius(dense @ dense.T, sigma) < bound, make.__name__
+
+
 def test_rank_at_least_d_is_a_full_square_root_of_the_fisher_fixed_point():
     """With 3 k >= d the search basis spans the space: A is the full fixed point of the
     whitened signals' second moment, estimated from the last cycle (the dense recursion
@@ -238,6 +274,20 @@ def test_fisher_nuts_with_a_unit_diagonal_matches_the_gaussian_moments():
                        low_rank_diagonal="unit", diagnose=False)  # fmt: skip
     scale = np.asarray(result.parameters.sqrt_precond.scale)
     assert np.all(np.ptp(scale, axis=1) <= 1e-5 * scale.max(axis=1))
+    _assert_gaussian_moments(result, sigma)
+
+
+def test_fisher_nuts_with_a_whitened_diagonal_matches_the_gaussian_moments():
+    """``fm.sample(..., "fisher_nuts", rank=8, low_rank_diagonal="whitened")`` on the
+    diagonal plus rank 4 (d = 200, float32, 4 chains): means within 4.5 MCSE, variances
+    within 15%."""
+    pytest.importorskip("blackjax")
+    sigma, _, rng = _diag_plus_low_rank(seed=3)
+    precision = jnp.asarray(np.linalg.inv(sigma), jnp.float32)
+    x0 = jnp.asarray(rng.normal(size=(4, 200)), jnp.float32)
+    result = fm.sample(jax.random.key(3), "fisher_nuts", lambda x: -0.5 * x @ precision @ x,
+                       x0, num_warmup=6000, num_samples=1000, rank=8,
+                       low_rank_diagonal="whitened", diagnose=False)  # fmt: skip
     _assert_gaussian_moments(result, sigma)
 
 
