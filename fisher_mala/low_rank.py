@@ -146,8 +146,7 @@ PROBE_BLOCKS = 2
 #: (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md``): 2.2 to 2.4 times the
 #: min ESS per gradient on the latent Gaussian process, but 0.81 to 0.88 times on the
 #: Gaussian whose diagonal spans e^-2 .. e^2 and over four times slower on the 10 000-group
-#: hierarchical regression, where its quarter steps have not converged by the end of the
-#: Fisher phase.
+#: hierarchical regression (not diagnosed further).
 DEFAULT_DIAGONAL = "learned"
 #: ``diagonal="whitened"``: the fraction of the correction (log scale) applied per cycle.
 #: A whole step is exact on a diagonal target but, before ``Q`` has the stiff directions of
