@@ -7,6 +7,7 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k   # a cell's cost
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --seed 1  # another chain
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --robust-uturn off
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal whitened
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -293,12 +294,14 @@ def inspect(target_name: str) -> None:
     print("leapfrog steps per draw", float(np.mean(r.sample_stats["num_grad_evals"])))
 
 
-def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool = True) -> None:
+def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool = True,
+          diagonal: str = "learned") -> None:
     """One chain of rank-8 Fisher NUTS after the race's warm-up, a few draws: the cost of a
     gradient, the warm-up's seconds and the gradients per draw (the tree's size), which
     say how long a cell would take before running one. ``seed`` 0 is the race's first
     chain's start and key; others are other chains. ``robust_uturn=False``: BlackJAX's
-    U-turn criterion (``--robust-uturn off``)."""
+    U-turn criterion (``--robust-uturn off``). ``diagonal``: ``low_rank_diagonal``
+    (``--diagonal whitened``)."""
     import fisher_mala as fm
 
     target = TARGETS[target_name]()
@@ -313,9 +316,10 @@ def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool =
     r = fm.sample(key_run, "fisher_nuts", target.logdensity_fn, positions,
                   num_warmup=FISHER_WARMUP, num_samples=draws, metric="dense",
                   stopping_rule=False, diagnose=False, rank=8,
-                  robust_uturn=robust_uturn)  # fmt: skip
+                  robust_uturn=robust_uturn, low_rank_diagonal=diagonal)  # fmt: skip
     steps = np.asarray(r.sample_stats["num_grad_evals"])
-    print(f"{target_name} (seed {seed}): d = {target.dim}, a gradient {seconds * 1e3:.2f} ms, "
+    print(f"{target_name} (seed {seed}, {diagonal} diagonal): d = {target.dim}, "
+          f"a gradient {seconds * 1e3:.2f} ms, "
           f"warm-up {r.warmup_seconds:.1f} s, gradients per draw {steps.mean():.1f} (median "
           f"{np.median(steps):.0f}, max {steps.max()}), "
           f"step {float(np.asarray(r.parameters.step_size).ravel()[0]):.3g}")  # fmt: skip
@@ -332,12 +336,15 @@ def main(argv=None) -> None:
                         help="one chain, 40 draws: how long a cell would take")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0,
                         help="--probe: the start and key (0: the race's first chain)")  # fmt: skip
+    parser.add_argument("--diagonal", choices=("learned", "unit", "whitened"),
+                        default="learned", help="--probe: low_rank_diagonal")  # fmt: skip
     parser.add_argument("--robust-uturn", choices=("on", "off"), default="on",
                         help="--probe: NUTS's U-turn checks across subtrees")  # fmt: skip
     args = parser.parse_args(argv)
     if args.probe:
         with jax.enable_x64(True):
-            probe(args.probe, seed=args.seed, robust_uturn=args.robust_uturn == "on")
+            probe(args.probe, seed=args.seed, robust_uturn=args.robust_uturn == "on",
+                  diagonal=args.diagonal)
         return
     if args.inspect:
         with jax.enable_x64(True):
