@@ -344,11 +344,6 @@ def run_low_rank_widening(dims, ranks) -> None:
                   f"program {record['program_bytes'] / 1e6:9.1f} MB", flush=True)  # fmt: skip
 
 
-def _low_rank_path(record) -> Path:
-    kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
-    return RESULTS / kind.replace(" ", "_") / f"low_rank_d{record['dim']}_k{record['rank']}.json"
-
-
 def run_low_rank(dims, ranks, steps: int) -> None:
     """Every ``(d, k)`` cell not cached yet (one process; a cell too big is reported)."""
     import jax
@@ -442,12 +437,6 @@ def plot_low_rank(kind: str = "cpu", out: Path = PLOT) -> Path:
     return out
 
 
-def _path(record) -> Path:
-    kind = record["platform"] if record["platform"] == "cpu" else record["device_kind"]
-    name = f"{record['problem']}_d{record['dim']}_n{record['devices']}.json"
-    return RESULTS / kind.replace(" ", "_") / name
-
-
 def _child(args) -> None:
     """One process: every cell of one device count."""
     for problem, dim in args.cells:
@@ -459,7 +448,7 @@ def _child(args) -> None:
                 flush=True,
             )
             continue
-        path = _path(record)
+        path = _record_path(record)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1))
         print(

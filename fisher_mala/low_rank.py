@@ -144,7 +144,7 @@ PROBE_BLOCKS = 2
 #: The ``diagonal`` of ``fm.sample(..., rank=k)`` unless ``low_rank_diagonal`` says
 #: otherwise. ``"whitened"`` was tried as the default and measured against it
 #: (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md``): 2.2 to 2.4 times the
-#: min ESS per gradient on the latent Gaussian process, but 0.81 to 0.88 times on the
+#: min ESS per gradient on the latent Gaussian process, but 0.80 to 0.88 times on the
 #: Gaussian whose diagonal spans e^-2 .. e^2 and over four times slower on the 10 000-group
 #: hierarchical regression (not diagnosed further).
 DEFAULT_DIAGONAL = "learned"
