@@ -40,6 +40,7 @@ __all__ = [
     "LOW_RANK_DRAWS_PER_RANK",
     "LOW_RANK_MAX_DRAWS",
     "LOW_RANK_MIN_AGREEMENT",
+    "LOW_RANK_REMEASURE_THRESHOLD",
     "LowRankMoments",
     "low_rank_draws",
     "low_rank_widened",
@@ -107,6 +108,19 @@ LOW_RANK_MIN_DRAWS = 32
 #: 20 to 100 times looser: overlaps of 0.1 to 0.9, and agreements that follow them; at
 #: ``d = 1000``, 0.98 to 0.99).
 LOW_RANK_MIN_AGREEMENT = 0.4
+#: The learned directions ``Q`` of a low-rank root are measured again on all kept draws
+#: (no choice is made from them, so no half is set aside): along ``q``, the geometric mean
+#: ``sqrt(var(q^T z) / var(q^T R^T g))`` of the whitened draws' and gradients' variances
+#: (exact for a Gaussian direction, as ``M`` above) over the Fisher scale; a direction
+#: whose ratio is above this, or below its inverse, takes that variance. The recursion's
+#: factors can be far from the posterior's when the Fisher phase is short for ``d`` (on
+#: ``benchmarks.low_rank_race``'s hierarchical logistic regression with ``d = 10 005``,
+#: ratios of 0.45 to 4.8 along six of its eight directions, ``python -m
+#: benchmarks.low_rank_race --probe hierarchical_logistic_10k``), where their variance is
+#: measured to a few percent: 256 draws give a ratio's log a standard deviation of about
+#: 0.06 for independent draws, 0.15 for draws as autocorrelated as NUTS's along a slow
+#: direction, against ``log 1.5 = 0.41``.
+LOW_RANK_REMEASURE_THRESHOLD = 1.5
 
 
 def low_rank_draws(rank: int, num_draws: int | None = None) -> int:
@@ -340,6 +354,45 @@ def _low_rank_candidates(gram, cross, xp):
     return coefficients, xp.var(cross @ coefficients, axis=0, ddof=1)
 
 
+def _remeasured(r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, allowed, xp):
+    """``(R', R'^T g, s)``: ``R``'s own directions ``Q`` given the variance the kept draws
+    measure along them (:data:`LOW_RANK_REMEASURE_THRESHOLD`; ``along_x``, ``along_g``
+    ``(m, k)`` the kept whitened draws' and gradients' coordinates along ``Q``), and the
+    multipliers ``s`` ``(k,)`` of ``R``'s scale along each (1 where unchanged; all 1: ``R``
+    and ``R^T g`` returned unchanged, bit for bit).
+
+    In ``D``-scaled coordinates ``q`` is an eigenvector of ``S = I + Q diag(c) Q^T``, so
+    the whitened rows' coordinates along it are the scaled ones over ``1 + c``: a factor
+    ``c' = (1 + c) s - 1`` scales the variance of ``R`` along ``q`` by ``s^2``, divides the
+    whitened draws' coordinate there by ``s`` and multiplies the gradients' by ``s``."""
+    basis = r.basis
+    ratio = xp.sqrt(xp.var(along_x, axis=0, ddof=1) / xp.var(along_g, axis=0, ddof=1))
+    ratio = ratio / fisher_scale
+    threshold = LOW_RANK_REMEASURE_THRESHOLD
+    off = allowed & xp.isfinite(ratio) & ((ratio > threshold) | (ratio * threshold < 1.0))
+    s = xp.where(off, xp.sqrt(xp.where(off, ratio, 1.0)), 1.0)
+    remeasured = (
+        LowRankSqrt(r.scale, basis, xp.where(off, (1.0 + r.factors) * s - 1.0, r.factors)),
+        whitened_grad + basis @ ((basis.T @ whitened_grad) * (s - 1.0)),
+    )
+    changed = xp.any(off)
+    out = jax.tree.map(lambda new, old: xp.where(changed, new, old), remeasured, (r, whitened_grad))
+    return (*out, s)
+
+
+def _products_through(products, along_x, along_g, s, xp):
+    """The kept rows' products ``(X X^T, X G^T, G G^T)`` as ``R'`` of :func:`_remeasured`
+    sees them (its draws' coordinates along ``Q`` over ``s``, its gradients' times ``s``),
+    from ``R``'s and the coordinates along ``Q``: ``O(m^2 k)``, no new ``(m, d)`` rows
+    (``X G^T`` is unchanged: ``s / s = 1``)."""
+    xx, xg, gg = products
+    return (
+        xx + (along_x * (1.0 / s**2 - 1.0)) @ along_x.T,
+        xg,
+        gg + (along_g * (s**2 - 1.0)) @ along_g.T,
+    )
+
+
 def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):
     """:func:`widened_root` of a :class:`LowRankSqrt` from the ``m`` kept draws.
 
@@ -356,17 +409,30 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     :mod:`fisher_mala.low_rank`: a widening weaker than a kept direction's stiffness or
     looseness gives way to it).
 
+    Before that, ``R``'s own directions are measured on all the kept draws
+    (:func:`_remeasured`), and the draws are seen through the root that gives them their
+    measured variance.
+
     Memory: the kept rows (``2 m d`` numbers), products of them ``(m, m)`` and the ``k``
     directions ``(d, k)``: no ``d x m`` basis is formed.
     """
-    basis = r.basis
+    allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
     m = moments.draws.shape[0]
     half = m // 2
     dim = moments.draws.shape[-1]
     draws, grads = moments.draws, moments.grads  # the draws whitened
+    n = xp.asarray(count, moments.sum_q.dtype)
+    along_x, along_g = draws @ r.basis, grads @ r.basis
+    r, whitened_grad, s = _remeasured(
+        r, whitened_grad, along_x, along_g, dim * n / moments.sum_q, allowed, xp
+    )
+    basis = r.basis
     # every product of two kept rows, from three products of the whole buffers (slices of
-    # the (m, m) results, not of the (m, d) rows: no copy of the rows)
-    xx, xg, gg = draws @ draws.T, draws @ grads.T, grads @ grads.T
+    # the (m, m) results, not of the (m, d) rows: no copy of the rows), seen through R'
+    products = (draws @ draws.T, draws @ grads.T, grads @ grads.T)
+    xx, xg, gg = _products_through(products, along_x, along_g, s, xp)
+    # the Fisher scale through R': the kept gradients' share of the change
+    sum_q = moments.sum_q * (xp.trace(gg) / xp.trace(products[2]))
     one, two = slice(0, half), slice(half, 2 * half)
 
     def gram(a, b):  # [X_a; G_a] [X_b; G_b]^T, X_a the draws of half a, G_a their gradients
@@ -380,9 +446,7 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
 
     chosen, variance = _low_rank_candidates(gram(one, one), gram(two, one)[:half], xp)
     others, other_variance = _low_rank_candidates(gram(two, two), gram(one, two)[:half], xp)
-    n = xp.asarray(count, moments.sum_q.dtype)
-    fisher_scale = dim * n / moments.sum_q
-    allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
+    fisher_scale = dim * n / sum_q
     # A measured variance is a chi-square of half - 1 degrees of freedom: a direction
     # counts only where even its lower two-sigma bound is above the Fisher scale.
     spread = 2.0 * np.sqrt(2.0 / (half - 1))
@@ -401,10 +465,17 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     top = xp.argsort(-extra)[: basis.shape[-1]]  # the k widened most (0: not widened)
     top_chosen = chosen[:, top]
     rest = xp.zeros((m - half, top_chosen.shape[1]), top_chosen.dtype)  # the other half
-    directions = draws.T @ xp.concatenate([top_chosen[:half], rest], axis=0)
-    directions = directions + grads.T @ xp.concatenate([top_chosen[half:], rest], axis=0)
+    of_draws = xp.concatenate([top_chosen[:half], rest], axis=0)
+    of_grads = xp.concatenate([top_chosen[half:], rest], axis=0)
+    # X'^T a + G'^T b, the rows as R' sees them (:func:`_products_through`)
+    directions = draws.T @ of_draws + grads.T @ of_grads
+    directions = directions + basis @ (
+        (1.0 / s - 1.0)[:, None] * (along_x.T @ of_draws)
+        + (s - 1.0)[:, None] * (along_g.T @ of_grads)
+    )
     widened, g = low_rank_widened(r, directions, extra[top], whitened_grad, xp)
-    return widened, g, (1.0 + xp.max(extra)) ** 2
+    remeasured = xp.max(xp.maximum(s, 1.0 / s)) ** 2
+    return widened, g, xp.maximum((1.0 + xp.max(extra)) ** 2, remeasured)
 
 
 def low_rank_widened(r: LowRankSqrt, directions, extra, whitened_grad, xp=jnp):

@@ -405,3 +405,65 @@ def test_low_rank_widening_holds_the_kept_rows_and_little_more():
     )
     kept = 4 * 2 * rows * dim
     assert program < 1.3 * kept, program / kept
+
+
+def test_low_rank_remeasure_gives_q_its_measured_variance_and_leaves_a_fitting_root():
+    """R's own directions measured again on the kept draws (``gw._remeasured``): on a
+    Gaussian in d = 200 whose variance along two of R's eight directions is 4 and 0.25
+    times what R says, from ``LOW_RANK_MAX_DRAWS`` independent draws, R' R'^T holds them
+    to within 20% and keeps every other direction of R to the last bit; R'^T g and the
+    kept rows' products as R' sees them (``gw._products_through``) equal dense float64
+    linear algebra; the host's NumPy twin agrees; where R fits, nothing changes (the same
+    arrays); and where a funnel's kurtosis forbids it (``allowed`` false), neither."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(11)
+        dim, m = 200, gw.LOW_RANK_MAX_DRAWS
+        root = _low_rank_root(rng, dim, 8, active=5)
+        r = np.asarray(square_roots.dense(root))
+        q = np.asarray(root.basis)
+        u = q / np.asarray(root.scale)[:, None]  # D^{-1/2} q: R's own directions in x
+        truth = np.ones(8)
+        truth[1], truth[6] = 4.0, 0.25
+        for off in (True, False):
+            spread = truth if off else np.ones(8)
+            # the posterior R (I + Q diag(spread - 1) Q^T) R^T: q is an eigenvector of S
+            sigma = r @ (np.eye(dim) + q @ np.diag(spread - 1.0) @ q.T) @ r.T
+            x = rng.normal(size=(m, dim)) @ np.linalg.cholesky(sigma).T
+            grads = -np.linalg.solve(sigma, x.T).T
+            _, moments = _kept_draws(jnp.asarray(x), jnp.asarray(grads @ r), root)
+            g = jnp.asarray(grads[-1] @ r)
+            along_x, along_g = moments.draws @ root.basis, moments.grads @ root.basis
+            scale = dim * m / moments.sum_q
+            new, g_new, s = gw._remeasured(root, g, along_x, along_g, scale, True, jnp)
+            if not off:
+                np.testing.assert_array_equal(s, np.ones(8))
+                for a, b in zip(jax.tree.leaves((new, g_new)), jax.tree.leaves((root, g)),
+                                strict=True):  # fmt: skip
+                    assert np.array_equal(np.asarray(a), np.asarray(b))
+                continue
+            r_new = np.asarray(square_roots.dense(new))
+            ratio = np.einsum("di,de,ei->i", u, r_new @ r_new.T, u) / np.einsum(
+                "di,de,ei->i", u, r @ r.T, u
+            )
+            assert abs(ratio[1] / 4.0 - 1.0) < 0.2 and abs(ratio[6] / 0.25 - 1.0) < 0.2, ratio
+            others = [i for i in range(8) if i not in (1, 6)]
+            np.testing.assert_array_equal(np.asarray(s)[others], 1.0)
+            np.testing.assert_array_equal(np.asarray(new.factors)[others],
+                                          np.asarray(root.factors)[others])  # fmt: skip
+            np.testing.assert_allclose(g_new, r_new.T @ grads[-1], rtol=1e-10, atol=1e-12)
+            kept_x = np.linalg.solve(r_new, (x - np.asarray(moments.origin)).T).T
+            kept_g = grads @ r_new
+            draws, kept = moments.draws, moments.grads
+            products = (draws @ draws.T, draws @ kept.T, kept @ kept.T)
+            through = gw._products_through(products, along_x, along_g, s, jnp)
+            for a, b in zip(through, (kept_x @ kept_x.T, kept_x @ kept_g.T, kept_g @ kept_g.T),
+                            strict=True):  # fmt: skip
+                np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+            host = gw._remeasured(jax.tree.map(np.asarray, root), np.asarray(g),
+                                  np.asarray(along_x), np.asarray(along_g), float(scale), True,
+                                  np)  # fmt: skip
+            for a, b in zip(jax.tree.leaves(host), jax.tree.leaves((new, g_new, s)), strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+            held = gw._remeasured(root, g, along_x, along_g, scale, False, jnp)
+            np.testing.assert_array_equal(held[2], np.ones(8))
+            np.testing.assert_array_equal(np.asarray(held[0].factors), np.asarray(root.factors))
