@@ -8,6 +8,10 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --seed 1  # another chain
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --robust-uturn off
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal whitened
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400
+                                   # and how well R fits along its own directions
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400 \
+        --remeasure off            # R's directions not measured again in the step-size phase
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -323,6 +327,33 @@ def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool =
           f"warm-up {r.warmup_seconds:.1f} s, gradients per draw {steps.mean():.1f} (median "
           f"{np.median(steps):.0f}, max {steps.max()}), "
           f"step {float(np.asarray(r.parameters.step_size).ravel()[0]):.3g}")  # fmt: skip
+    if draws >= 100:  # enough to measure R along its own directions, and a min ESS
+        _print_fit(target, r)
+
+
+def _print_fit(target, r) -> None:
+    """How the chain's rank-8 ``R`` fits its draws along its own directions ``q`` (in
+    ``D``-scaled coordinates): the geometric mean of the whitened draws' and gradients'
+    variances along each (1 where ``R`` fits; what the step-size phase's re-measure reads,
+    ``geometric_widening._remeasured``), and the draws' min bulk ESS per gradient."""
+    import fisher_mala as fm
+
+    x = np.asarray(r.samples)[0]
+    root = jax.tree.map(lambda a: np.asarray(a)[0], r.parameters.sqrt_precond)
+    q, c = root.basis, root.factors
+    grads = np.asarray(jax.jit(jax.vmap(jax.grad(target.logdensity_fn)))(jnp.asarray(x)))
+    scaled_g = grads * root.scale  # D^{1/2} g
+    along_x = ((x - x.mean(0)) / root.scale) @ q / (1.0 + c)  # R^{-1} x along q
+    along_g = scaled_g @ q * (1.0 + c)  # R^T g along q
+    # |R^T g|^2 = |D^{1/2} g|^2 + sum_k ((1 + c_k)^2 - 1) (q_k^T D^{1/2} g)^2
+    squares = np.sum(scaled_g**2, axis=1) + ((scaled_g @ q) ** 2) @ ((1.0 + c) ** 2 - 1.0)
+    fisher_scale = target.dim / np.mean(squares)
+    ratio = np.sqrt(along_x.var(0, ddof=1) / along_g.var(0, ddof=1)) / fisher_scale
+    steps = np.asarray(r.sample_stats["num_grad_evals"])
+    ess = fm.ess(x[None], method="bulk")
+    print(f"  along R's directions, the draws' geometric-mean variance over R's: "
+          f"{np.round(np.sort(ratio), 2)}; min bulk ESS {ess.min():.0f} of {len(x)} draws, "
+          f"{ess.min() / steps.sum():.2e} per gradient")  # fmt: skip
 
 
 def main(argv=None) -> None:
@@ -336,15 +367,23 @@ def main(argv=None) -> None:
                         help="one chain, 40 draws: how long a cell would take")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0,
                         help="--probe: the start and key (0: the race's first chain)")  # fmt: skip
+    parser.add_argument("--draws", type=int, default=40,
+                        help="--probe: draws (100 or more: R's fit too)")  # fmt: skip
+    parser.add_argument("--remeasure", choices=("on", "off"), default="on",
+                        help="--probe: off: LOW_RANK_REMEASURE_THRESHOLD infinite")  # fmt: skip
     parser.add_argument("--diagonal", choices=("learned", "unit", "whitened"),
                         default="learned", help="--probe: low_rank_diagonal")  # fmt: skip
     parser.add_argument("--robust-uturn", choices=("on", "off"), default="on",
                         help="--probe: NUTS's U-turn checks across subtrees")  # fmt: skip
     args = parser.parse_args(argv)
     if args.probe:
+        if args.remeasure == "off":  # every ratio within the band: R's factors kept
+            from fisher_mala import geometric_widening
+
+            geometric_widening.LOW_RANK_REMEASURE_THRESHOLD = float("inf")
         with jax.enable_x64(True):
-            probe(args.probe, seed=args.seed, robust_uturn=args.robust_uturn == "on",
-                  diagonal=args.diagonal)
+            probe(args.probe, args.draws, seed=args.seed,
+                  robust_uturn=args.robust_uturn == "on", diagonal=args.diagonal)
         return
     if args.inspect:
         with jax.enable_x64(True):

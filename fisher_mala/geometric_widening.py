@@ -19,7 +19,9 @@ and the step size is tuned again in the phase's second half. Directions within t
 threshold keep the Fisher metric untouched (bit for bit: the chain is then the one of an
 unsplit phase). A low-rank ``R`` (:class:`~fisher_mala.square_roots.LowRankSqrt`) keeps
 the half's last draws instead of ``d x d`` sums (:class:`LowRankMoments`): half of them
-choose the directions, half measure them (:func:`_widened_low_rank`). Nothing is widened
+choose the directions, half measure them (:func:`_widened_low_rank`); before that,
+``R``'s own ``k`` directions are measured on all of them and given their variance, either
+way, where it is far from what ``R`` says (:func:`_remeasured`). Nothing is widened
 in a funnel, whose gradients' sizes vary by orders of
 magnitude across the draws (:func:`gradient_kurtosis_ratio` above
 :data:`WIDENING_MAX_KURTOSIS_RATIO`): no one metric fits it, and a wider one sends the

@@ -143,10 +143,10 @@ THETA_BOUNDS = (1e-4, 1e4)
 PROBE_BLOCKS = 2
 #: The ``diagonal`` of ``fm.sample(..., rank=k)`` unless ``low_rank_diagonal`` says
 #: otherwise. ``"whitened"`` was tried as the default and measured against it
-#: (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md``): 2.2 to 2.4 times the
-#: min ESS per gradient on the latent Gaussian process, but 0.80 to 0.88 times on the
-#: Gaussian whose diagonal spans e^-2 .. e^2 and over four times slower on the 10 000-group
-#: hierarchical regression (not diagnosed further).
+#: (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md``): 2.3 to 2.7 times the
+#: min ESS per gradient on the latent Gaussian process, but 0.79 to 0.86 times on the
+#: Gaussian whose diagonal spans e^-2 .. e^2 (there below the dense ``R``'s by more than
+#: 1.2 times), and over four times slower on the 10 000-group hierarchical regression.
 DEFAULT_DIAGONAL = "learned"
 #: ``diagonal="whitened"``: the fraction of the correction (log scale) applied per cycle.
 #: A whole step is exact on a diagonal target but, before ``Q`` has the stiff directions of
