@@ -117,11 +117,11 @@ LOW_RANK_MIN_AGREEMENT = 0.4
 #: whose ratio is above this, or below its inverse, takes that variance. The recursion's
 #: factors can be far from the posterior's when the Fisher phase is short for ``d`` (on
 #: ``benchmarks.low_rank_race``'s hierarchical logistic regression with ``d = 10 005``,
-#: ratios of 0.45 to 4.8 along six of its eight directions, ``python -m
+#: ratios of 0.45 to 4.8 along all eight of its directions, ``python -m
 #: benchmarks.low_rank_race --probe hierarchical_logistic_10k``), where their variance is
 #: measured to a few percent: 256 draws give a ratio's log a standard deviation of about
-#: 0.06 for independent draws, 0.15 for draws as autocorrelated as NUTS's along a slow
-#: direction, against ``log 1.5 = 0.41``.
+#: 0.06 for independent draws, 0.15 for an effective sample of 45, against
+#: ``log 1.5 = 0.41``.
 LOW_RANK_REMEASURE_THRESHOLD = 1.5
 
 
