@@ -43,6 +43,7 @@ __all__ = [
     "LOW_RANK_MAX_DRAWS",
     "LOW_RANK_MIN_AGREEMENT",
     "LOW_RANK_REMEASURE_THRESHOLD",
+    "LOW_RANK_REMEASURE_BOUNDS",
     "LowRankMoments",
     "low_rank_draws",
     "low_rank_widened",
@@ -123,6 +124,10 @@ LOW_RANK_MIN_AGREEMENT = 0.4
 #: 0.06 for independent draws, 0.15 for an effective sample of 45, against
 #: ``log 1.5 = 0.41``.
 LOW_RANK_REMEASURE_THRESHOLD = 1.5
+#: Ratios outside these bounds are not taken as measurements (a chain that did not move
+#: along a direction measures a variance of 0 up to rounding): such a direction keeps
+#: ``R``'s factor, as ``low_rank.THETA_BOUNDS`` bounds one cycle of the learner.
+LOW_RANK_REMEASURE_BOUNDS = (1e-4, 1e4)
 
 
 def low_rank_draws(rank: int, num_draws: int | None = None) -> int:
@@ -371,7 +376,11 @@ def _remeasured(r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, a
     ratio = xp.sqrt(xp.var(along_x, axis=0, ddof=1) / xp.var(along_g, axis=0, ddof=1))
     ratio = ratio / fisher_scale
     threshold = LOW_RANK_REMEASURE_THRESHOLD
-    off = allowed & xp.isfinite(ratio) & ((ratio > threshold) | (ratio * threshold < 1.0))
+    # a ratio past the bounds (a chain that did not move along q: 0 up to rounding) says
+    # nothing about the posterior
+    low, high = LOW_RANK_REMEASURE_BOUNDS
+    measured = xp.isfinite(ratio) & (ratio > low) & (ratio < high)
+    off = allowed & measured & ((ratio > threshold) | (ratio * threshold < 1.0))
     s = xp.where(off, xp.sqrt(xp.where(off, ratio, 1.0)), 1.0)
     remeasured = (
         LowRankSqrt(r.scale, basis, xp.where(off, (1.0 + r.factors) * s - 1.0, r.factors)),

@@ -467,3 +467,27 @@ def test_low_rank_remeasure_gives_q_its_measured_variance_and_leaves_a_fitting_r
             held = gw._remeasured(root, g, along_x, along_g, scale, False, jnp)
             np.testing.assert_array_equal(held[2], np.ones(8))
             np.testing.assert_array_equal(np.asarray(held[0].factors), np.asarray(root.factors))
+
+
+def test_low_rank_remeasure_ignores_a_direction_the_draws_did_not_move_along():
+    """Kept draws that did not move along one of R's directions (a chain stuck there) leave
+    that direction's factor alone instead of shrinking R to zero along it, and so does a
+    ratio past ``LOW_RANK_REMEASURE_BOUNDS``; a measured one is taken."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(12)
+        dim, m = 50, 64
+        root = _low_rank_root(rng, dim, 4, active=2)
+        q = np.asarray(root.basis)
+        along_x = rng.normal(size=(m, 4))
+        along_g = rng.normal(size=(m, 4))
+        along_x[:, 0] = 0.7  # no movement along q_0
+        along_x[:, 1] *= 1e5  # a variance 1e10 times R's along q_1: a ratio of 1e5
+        g = jnp.asarray(rng.normal(size=dim))
+        along_x[:, 2] *= 3.0  # a variance 9 times R's along q_2: a ratio of 3, measured
+        new, _, s = gw._remeasured(root, g, jnp.asarray(along_x), jnp.asarray(along_g), 1.0,
+                                   True, jnp)  # fmt: skip
+        for i in (0, 1):
+            assert float(s[i]) == 1.0 and float(new.factors[i]) == float(root.factors[i])
+        assert 2.0 < float(s[2]) ** 2 < 5.0
+        assert np.all(np.isfinite(np.asarray(new.factors))) and np.all(np.asarray(new.factors) > -1)
+        np.testing.assert_array_equal(np.asarray(new.basis), q)
