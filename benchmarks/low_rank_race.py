@@ -197,11 +197,28 @@ def _fisher(target, positions, key, rank, num_warmup=FISHER_WARMUP, **options):
             r.warmup_seconds, r.sampling_seconds)  # fmt: skip
 
 
+def record_of(target, out, start: float) -> dict:
+    """A cell's numbers from ``(draws, gradients, compile, warm-up and sampling seconds)``
+    of a run that began at ``start`` (``time.perf_counter``)."""
+    import fisher_mala as fm
+
+    draws, grads, compile_s, warm_s, sample_s = out
+    bulk = fm.ess(np.asarray(draws, np.float64), method="bulk")
+    return {
+        "dim": target.dim, "chains": CHAINS,
+        "bulk_min": float(np.nanmin(bulk)), "grad_evals": grads,
+        "bulk_min_per_grad": float(np.nanmin(bulk) / grads),
+        "bulk_min_per_second": float(np.nanmin(bulk) / (warm_s + sample_s)),
+        "seconds": {"compile": compile_s, "warmup": warm_s, "sampling": sample_s,
+                    "wall": time.perf_counter() - start},
+        "dtype": "float64", "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+    }  # fmt: skip
+
+
 def run_cell(target_name: str, sampler: str) -> dict:
     path = RESULTS / target_name / f"{sampler}.json"
     if path.exists():
         return json.loads(path.read_text())
-    import fisher_mala as fm
     from benchmarks import versus_blackjax
 
     target = TARGETS[target_name]()
@@ -220,18 +237,7 @@ def run_cell(target_name: str, sampler: str) -> dict:
     else:
         out = versus_blackjax._run_nutpie(target, positions, 0, sampler.removeprefix("nutpie_"),
                                           NUTS_WARMUP, SAMPLES)  # fmt: skip
-    draws, grads, compile_s, warm_s, sample_s = out
-    bulk = fm.ess(np.asarray(draws, np.float64), method="bulk")
-    seconds = warm_s + sample_s
-    record = {
-        "target": target_name, "sampler": sampler, "dim": target.dim, "chains": CHAINS,
-        "bulk_min": float(np.nanmin(bulk)), "grad_evals": grads,
-        "bulk_min_per_grad": float(np.nanmin(bulk) / grads),
-        "bulk_min_per_second": float(np.nanmin(bulk) / seconds),
-        "seconds": {"compile": compile_s, "warmup": warm_s, "sampling": sample_s,
-                    "wall": time.perf_counter() - start},
-        "dtype": "float64", "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
-    }  # fmt: skip
+    record = {"target": target_name, "sampler": sampler, **record_of(target, out, start)}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     print(f"{target_name:22s} {sampler:18s} min ESS {record['bulk_min']:8.1f} "

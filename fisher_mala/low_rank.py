@@ -142,12 +142,11 @@ THETA_BOUNDS = (1e-4, 1e4)
 #: directions that are not yet found.
 PROBE_BLOCKS = 2
 #: The ``diagonal`` of ``fm.sample(..., rank=k)`` unless ``low_rank_diagonal`` says
-#: otherwise. ``"whitened"`` was tried as the default and measured against it
-#: (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md``): 2.3 to 2.7 times the
-#: min ESS per gradient on the latent Gaussian process, but 0.79 to 0.86 times on the
-#: Gaussian whose diagonal spans e^-2 .. e^2 (there below the dense ``R``'s by more than
-#: 1.2 times), and its 10 000-group hierarchical regression cell stopped unfinished after
-#: 25 and 35 minutes where the learned diagonal's takes 9.
+#: otherwise. ``"whitened"`` was measured against it (``benchmarks/low_rank_diagonal.py``,
+#: ``docs/large_problems.md`` has the figures): better on a whitened latent Gaussian
+#: process, worse on a Gaussian whose diagonal spans e^-2 .. e^2 (the learned rule's
+#: direct estimate converges faster than quarter steps) and far slower on the low-rank
+#: race's 10 000-group hierarchical regression.
 DEFAULT_DIAGONAL = "learned"
 #: ``diagonal="whitened"``: the fraction of the correction (log scale) applied per cycle.
 #: A whole step is exact on a diagonal target but, before ``Q`` has the stiff directions of
