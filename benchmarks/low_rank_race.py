@@ -8,6 +8,8 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --seed 1  # another chain
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --robust-uturn off
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal whitened
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal whitened \
+        --chains 4 --draws 20     # the cell's four chains: each one's tree, step and R
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400
                                    # and how well R fits along its own directions
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400 \
@@ -305,18 +307,20 @@ def inspect(target_name: str) -> None:
 
 
 def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool = True,
-          diagonal: str = "learned") -> None:
+          diagonal: str = "learned", chains: int = 1) -> None:
     """One chain of rank-8 Fisher NUTS after the race's warm-up, a few draws: the cost of a
     gradient, the warm-up's seconds and the gradients per draw (the tree's size), which
     say how long a cell would take before running one. ``seed`` 0 is the race's first
     chain's start and key; others are other chains. ``robust_uturn=False``: BlackJAX's
     U-turn criterion (``--robust-uturn off``). ``diagonal``: ``low_rank_diagonal``
-    (``--diagonal whitened``)."""
+    (``--diagonal whitened``). ``chains``: that many chains in one run, as a cell runs them
+    (vmapped: each iteration costs the largest tree of any chain), each chain's tree
+    size, step, ``D``'s range and ``R``'s factors printed."""
     import fisher_mala as fm
 
     target = TARGETS[target_name]()
     key_init, key_run = jax.random.split(jax.random.key(seed))
-    positions = jax.random.normal(key_init, (1, target.dim), jnp.float64) * 0.1
+    positions = jax.random.normal(key_init, (chains, target.dim), jnp.float64) * 0.1
     gradient = jax.jit(jax.value_and_grad(target.logdensity_fn))
     jax.block_until_ready(gradient(positions[0]))
     start = time.perf_counter()
@@ -333,6 +337,15 @@ def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool =
           f"warm-up {r.warmup_seconds:.1f} s, gradients per draw {steps.mean():.1f} (median "
           f"{np.median(steps):.0f}, max {steps.max()}), "
           f"step {float(np.asarray(r.parameters.step_size).ravel()[0]):.3g}")  # fmt: skip
+    if chains > 1:
+        root = jax.tree.map(np.asarray, r.parameters.sqrt_precond)
+        scale = root.scale / np.median(root.scale, axis=1, keepdims=True)
+        for c in range(chains):
+            print(f"  chain {c}: gradients per draw {steps[c].mean():.1f} (max {steps[c].max()}), "
+                  f"step {np.asarray(r.parameters.step_size).ravel()[c]:.3g}, D^(1/2) over its "
+                  f"median {scale[c].min():.2f} to {scale[c].max():.2f}, factors c "
+                  f"{np.round(np.sort(root.factors[c]), 2)}")  # fmt: skip
+        return
     if draws >= 100:  # enough to measure R along its own directions, and a min ESS
         _print_fit(target, r)
 
@@ -379,6 +392,8 @@ def main(argv=None) -> None:
                         help="--probe: off: LOW_RANK_REMEASURE_THRESHOLD infinite")  # fmt: skip
     parser.add_argument("--diagonal", choices=("learned", "unit", "whitened"),
                         default="learned", help="--probe: low_rank_diagonal")  # fmt: skip
+    parser.add_argument("--chains", type=int, default=1,
+                        help="--probe: chains in the run (a cell's 4: lockstep cost)")  # fmt: skip
     parser.add_argument("--robust-uturn", choices=("on", "off"), default="on",
                         help="--probe: NUTS's U-turn checks across subtrees")  # fmt: skip
     args = parser.parse_args(argv)
@@ -389,7 +404,8 @@ def main(argv=None) -> None:
             geometric_widening.LOW_RANK_REMEASURE_THRESHOLD = float("inf")
         with jax.enable_x64(True):
             probe(args.probe, args.draws, seed=args.seed,
-                  robust_uturn=args.robust_uturn == "on", diagonal=args.diagonal)
+                  robust_uturn=args.robust_uturn == "on", diagonal=args.diagonal,
+                  chains=args.chains)
         return
     if args.inspect:
         with jax.enable_x64(True):
