@@ -8,13 +8,13 @@
 
 Each cell is ``benchmarks.low_rank_race``'s ``fisher_nuts_rank8`` cell (4 chains, float64,
 5000 warm-up iterations, 2000 draws, the race's starts and keys) with one choice of
-``low_rank_diagonal``: ``"learned"`` (``D = sqrt(Var x / F_ii)``, the default), ``"unit"``
-(the identity) and ``"whitened"`` (the correction that the whitened signals and positions
-ask for at the end of each cycle, :func:`fisher_mala.low_rank._whitened_correction`).
+``low_rank_diagonal``: ``"learned"`` (``D = sqrt(Var x / F_ii)``), ``"unit"`` (the
+identity) and ``"whitened"`` (the default: the correction that the whitened signals and
+positions ask for at the end of each cycle, :func:`fisher_mala.low_rank._whitened_correction`).
 Reported: min bulk ESS per gradient (warm-up included), and its ratio to the race's dense
 Fisher NUTS cell (``benchmarks/results/low_rank_race/<target>/fisher_nuts_dense.json``,
 the issue's goal: within 1.2 times, i.e. a ratio of at least 0.83). Seed 0's cells are the
-race's own (``fisher_nuts_rank8``, ``_unit``, ``_whitened``, cached in
+race's own (``fisher_nuts_rank8``, the default, ``_unit``, ``_learned``, cached in
 ``benchmarks/results/low_rank_race/``); ``--seed N`` draws other starts and keys, the same
 protocol, to see how much a cell moves (cells
 ``benchmarks/results/low_rank_diagonal/<target>/<diagonal>_seed<N>.json``). The table is in
@@ -45,8 +45,8 @@ DIAGONALS = ("learned", "unit", "whitened")
 
 
 #: The race's cell of each diagonal (``benchmarks.low_rank_race``): the seed-0 cells here.
-RACE_SAMPLERS = {"learned": "fisher_nuts_rank8", "unit": "fisher_nuts_rank8_unit",
-                 "whitened": "fisher_nuts_rank8_whitened"}  # fmt: skip
+RACE_SAMPLERS = {"learned": "fisher_nuts_rank8_learned", "unit": "fisher_nuts_rank8_unit",
+                 "whitened": "fisher_nuts_rank8"}  # fmt: skip
 
 
 def _cell_path(target_name: str, diagonal: str, seed: int) -> Path:

@@ -7,9 +7,9 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k   # a cell's cost
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --seed 1  # another chain
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --robust-uturn off
-    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal whitened
-    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal whitened \
-        --chains 4 --draws 20     # the cell's four chains: each one's tree, step and R
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --diagonal learned
+    python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --chains 4 --draws 20
+                                   # the cell's four chains: each one's tree, step and R
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400
                                    # and how well R fits along its own directions
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400 \
@@ -20,11 +20,12 @@ Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min
 sampling (compilation apart) and per gradient evaluation. Samplers:
 
 * ``fisher_nuts_rank8``: ``fm.sample(..., "fisher_nuts", rank=8)``, 5000 warm-up
-  iterations (the Fisher phase in full, then the step size), 2000 draws;
+  iterations (the Fisher phase in full, then the step size), 2000 draws; its diagonal the
+  default, ``low_rank_diagonal="whitened"``;
 * ``fisher_nuts_rank8_long``: the same after 20 000 warm-up iterations (:data:`LONG_WARMUP`);
-* ``fisher_nuts_rank8_whitened``: ``fisher_nuts_rank8`` with
-  ``low_rank_diagonal="whitened"`` (``benchmarks/low_rank_diagonal.py`` compares the three
-  diagonals on more keys); like ``_unit``, an option, left out of the ratio columns;
+* ``fisher_nuts_rank8_learned``: ``fisher_nuts_rank8`` with ``low_rank_diagonal="learned"``
+  (``benchmarks/low_rank_diagonal.py`` compares the three diagonals on more keys); like
+  ``_unit``, an option, left out of the ratio columns;
 * ``fisher_nuts_rank8_unit``: ``fisher_nuts_rank8`` with ``low_rank_diagonal="unit"`` (``D``
   held at the identity), on the targets whose every coordinate has a unit-scale prior
   (:data:`UNIT_PRIOR`); a user's option, not the default, so the ratio columns leave it out;
@@ -66,10 +67,10 @@ from benchmarks import templating
 RESULTS = Path(__file__).resolve().parent / "results" / "low_rank_race"
 TABLE = RESULTS.parent / "low_rank_race.md"
 SAMPLERS = ("fisher_nuts_rank8", "fisher_nuts_rank8_long", "fisher_nuts_rank8_unit",
-            "fisher_nuts_rank8_whitened", "fisher_nuts_dense", "nuts_diag", "nutpie_diag",
+            "fisher_nuts_rank8_learned", "fisher_nuts_dense", "nuts_diag", "nutpie_diag",
             "nutpie_low_rank")  # fmt: skip
 #: Rank-8 cells of an option, not the default: left out of the ratio columns.
-OPTIONS = ("fisher_nuts_rank8_unit", "fisher_nuts_rank8_whitened")
+OPTIONS = ("fisher_nuts_rank8_unit", "fisher_nuts_rank8_learned")
 #: Targets whose coordinates all have a prior of scale about 1 (non-centred, whitened):
 #: ``fisher_nuts_rank8_unit`` runs on them.
 UNIT_PRIOR = ("hierarchical_logistic", "latent_gp_poisson")
@@ -307,13 +308,13 @@ def inspect(target_name: str) -> None:
 
 
 def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool = True,
-          diagonal: str = "learned", chains: int = 1) -> None:
+          diagonal: str = "whitened", chains: int = 1) -> None:
     """One chain of rank-8 Fisher NUTS after the race's warm-up, a few draws: the cost of a
     gradient, the warm-up's seconds and the gradients per draw (the tree's size), which
     say how long a cell would take before running one. ``seed`` 0 is the race's first
     chain's start and key; others are other chains. ``robust_uturn=False``: BlackJAX's
     U-turn criterion (``--robust-uturn off``). ``diagonal``: ``low_rank_diagonal``
-    (``--diagonal whitened``). ``chains``: that many chains in one run, as a cell runs them
+    (``--diagonal learned``). ``chains``: that many chains in one run, as a cell runs them
     (vmapped: each iteration costs the largest tree of any chain), each chain's tree
     size, step, ``D``'s range and ``R``'s factors printed."""
     import fisher_mala as fm
@@ -391,7 +392,7 @@ def main(argv=None) -> None:
     parser.add_argument("--remeasure", choices=("on", "off"), default="on",
                         help="--probe: off: LOW_RANK_REMEASURE_THRESHOLD infinite")  # fmt: skip
     parser.add_argument("--diagonal", choices=("learned", "unit", "whitened"),
-                        default="learned", help="--probe: low_rank_diagonal")  # fmt: skip
+                        default="whitened", help="--probe: low_rank_diagonal")  # fmt: skip
     parser.add_argument("--chains", type=int, default=1,
                         help="--probe: chains in the run (a cell's 4: lockstep cost)")  # fmt: skip
     parser.add_argument("--robust-uturn", choices=("on", "off"), default="on",

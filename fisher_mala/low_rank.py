@@ -6,19 +6,20 @@ low-rank approximations as the way past that. This module learns, from the same 
 :class:`~fisher_mala.square_roots.LowRankSqrt`, ``R = D^(1/2) (I + Q diag(c) Q^T)``:
 
 * ``D``: a diagonal (``D = I / lambda`` at the start, as the dense ``R_0 = I /
-  sqrt(lambda)``), by default (``diagonal="learned"``) ``sqrt(Var x / F_ii)`` from the
-  positions' running variances and the signals' running Fisher diagonal ``F_ii = (lambda
-  + sum_n s_ni^2) / (1 + n)`` (the diagonal of Seyboldt et al.'s Fisher HMC). It reads the
-  target's marginals whatever ``Q`` explains, so where the data inform a few directions of
-  coordinates whose prior is ``N(0, I)`` (a non-centred model, a whitened Gaussian
-  process) it shrinks the informed coordinates, which turns each stiff direction into a
-  stiff and a loose one, and loose ones are found late (below). With
-  ``diagonal="whitened"``, ``D`` is held for the first :data:`WHITENED_DELAY_CYCLES`
-  cycles, then moved a quarter of the way per cycle (:data:`WHITENED_STEP`, log scale)
-  toward the diagonal that whitens what the whole ``R`` leaves, read off the whitened
-  signals' and positions' second moments (:func:`_whitened_correction`): it corrects only
-  what ``Q`` does not explain, and converges more slowly. With ``diagonal="unit"``, the
-  identity times the learned level;
+  sqrt(lambda)``). By default (``diagonal="whitened"``) ``D`` is held for the first
+  :data:`WHITENED_DELAY_CYCLES` cycles, then moved a quarter of the way per cycle
+  (:data:`WHITENED_STEP`, log scale) toward the diagonal that whitens what the whole
+  ``R`` leaves, read off the whitened signals' and positions' second moments as the
+  cycle's own low-rank update leaves them (:func:`_moments_after`,
+  :func:`_whitened_correction`): it corrects only what ``Q`` does not explain. With
+  ``diagonal="learned"``, ``sqrt(Var x / F_ii)`` from the positions' running variances
+  and the signals' running Fisher diagonal ``F_ii = (lambda + sum_n s_ni^2) / (1 + n)``
+  (the diagonal of Seyboldt et al.'s Fisher HMC): it reads the target's marginals
+  whatever ``Q`` explains, so where the data inform a few directions of coordinates whose
+  prior is ``N(0, I)`` (a non-centred model, a whitened Gaussian process) it shrinks the
+  informed coordinates, which turns each stiff direction into a stiff and a loose one,
+  and loose ones are found late (below). With ``diagonal="unit"``, the identity times
+  the learned level;
 * ``Q`` and ``c``: the ``k`` directions in which, seen through the current ``R``, the
   target is farthest from what ``R`` assumes, **at both ends** (on a log scale): loose
   directions of strong posterior correlation (a hierarchical model's population
@@ -142,18 +143,19 @@ THETA_BOUNDS = (1e-4, 1e4)
 #: directions that are not yet found.
 PROBE_BLOCKS = 2
 #: The ``diagonal`` of ``fm.sample(..., rank=k)`` unless ``low_rank_diagonal`` says
-#: otherwise. ``"whitened"`` was measured against it (``benchmarks/low_rank_diagonal.py``,
-#: ``docs/large_problems.md`` has the figures): far better on a whitened latent Gaussian
-#: process, level on the low-rank race's hierarchical regressions, worse on a Gaussian
-#: whose diagonal spans e^-2 .. e^2 (the learned rule's direct estimate converges faster
-#: than quarter steps), the only one of them where the learned rule meets the race's goal.
-DEFAULT_DIAGONAL = "learned"
+#: otherwise (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md`` has the
+#: figures): on a whitened latent Gaussian process about three times ``"learned"`` per
+#: gradient, level with it on the race's hierarchical regressions, a little behind it on
+#: a Gaussian whose diagonal spans e^-2 .. e^2 (quarter steps converge more slowly than
+#: the learned rule's direct estimate): its worst cell is the better of the two.
+DEFAULT_DIAGONAL = "whitened"
 #: ``diagonal="whitened"``: the fraction of the correction (log scale) applied per cycle.
 #: A whole step is exact on a diagonal target but, before ``Q`` has the stiff directions of
 #: a prior-whitened model, turns them into a diagonal that ``Q`` then fights, and the two
 #: diverge (``python -m benchmarks.low_rank_diagonal --synthetic``: relative Frobenius error
-#: 5.2 to 5.6 with a whole step on a prior plus four informed directions, 0.06 with a
-#: quarter after :data:`WHITENED_DELAY_CYCLES`).
+#: 0.64 to 1.19 with a whole step on a prior plus four informed directions, 0.16 to 0.20
+#: with a half, 0.04 with a quarter after :data:`WHITENED_DELAY_CYCLES`); 0.3 or 0.35 of a
+#: step was no better than a quarter on the low-rank race's Gaussian.
 WHITENED_STEP = 0.25
 #: ``diagonal="whitened"``: cycles with ``D`` held (at its start), for ``Q`` to find the
 #: stiffest directions first.
@@ -331,6 +333,53 @@ def _cycle_moments(state: LowRankFisherState) -> Array:
     return jnp.stack([psi2, zeta2 - zeta**2])
 
 
+def _moments_after(state: LowRankFisherState, moments: Array, vectors: Array, beta: Array):
+    """``(2, d)``: the cycle's diagonal moments (:func:`_cycle_moments`) as the cycle's own
+    low-rank update will leave them, for :func:`_whitened_correction`.
+
+    At the end of a cycle the low-rank part changes the whitening by ``M = I + V diag(a)
+    V^T``, ``V = W vectors`` the Ritz directions (whitened coordinates) and ``a =
+    beta^(-1/2) - 1`` (module docstring): the whitened signals become ``M psi`` and the
+    whitened positions ``M^(-1) zeta``, ``M^(-1) = I + V diag(beta^(1/2) - 1) V^T``. A
+    correction of ``D`` read off the moments before that update corrects again what the
+    update corrects (a stiff direction spread over many coordinates shows on each of their
+    diagonals): the two overshoot together, which is what held ``"whitened"`` to a quarter
+    step and slowed it. Read off the moments after it, ``D`` corrects only what the update
+    leaves. Exact for the cycle's own moments (the products hold ``Psi W`` and ``Z W``,
+    and ``V`` lies in ``W``'s span): ``diag(M X M) = diag(X) + 2 rowsum(V diag(a) * X V)
+    + rowsum((V diag(a) (V^T X V)) * V diag(a))``, ``O(d k^2)``. The refreshed ``R``'s
+    whitened coordinates are ``M``'s up to a rotation within the span of the old and new
+    directions (the symmetric square root), which this leaves out.
+    """
+    signals = state.cycle.astype(state.gram.dtype)
+    directions = state.basis @ vectors  # V
+    mean_zeta = state.whitened_moments[2] / signals  # the cycle's mean of zeta
+    projected_mean = vectors.T @ (state.basis.T @ mean_zeta)  # V^T zbar
+    signal_cross = (state.products / signals) @ vectors  # Psi V
+    signal_gram = vectors.T @ (state.gram / signals) @ vectors  # V^T Psi V
+    # Z V and V^T Z V about the cycle's mean: the products are about the running mean
+    position_cross = (state.position_products / signals) @ vectors
+    position_cross = position_cross - jnp.outer(mean_zeta, projected_mean)
+    position_gram = vectors.T @ (state.basis.T @ position_cross)
+    position_gram = 0.5 * (position_gram + position_gram.T)
+
+    def after(diagonal, cross, gram, coefficients):
+        weighted = directions * coefficients  # V diag(coefficients)
+        return (
+            diagonal
+            + 2.0 * jnp.sum(weighted * cross, axis=1)
+            + jnp.sum((weighted @ gram) * weighted, axis=1)
+        )
+
+    psi2, zeta2 = moments
+    return jnp.stack(
+        [
+            after(psi2, signal_cross, signal_gram, beta**-0.5 - 1.0),
+            after(zeta2, position_cross, position_gram, jnp.sqrt(beta) - 1.0),
+        ]
+    )
+
+
 def _whitened_correction(moments: Array, step) -> Array:
     """``diagonal="whitened"``: the factor on ``D^(1/2)`` that moves the diagonal of the
     whitened target toward isotropy, from one cycle's ``E[psi^2]`` and ``Var zeta`` (rows
@@ -401,7 +450,8 @@ def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRank
     if diagonal == "unit":
         scale = root.scale  # the identity, at the level it has
     elif diagonal == "whitened":  # after the first cycles, a step toward the correction
-        factor = _whitened_correction(_cycle_moments(state), WHITENED_STEP)
+        moments = _moments_after(state, _cycle_moments(state), vectors, beta)
+        factor = _whitened_correction(moments, WHITENED_STEP)
         started = state.count >= WHITENED_DELAY_CYCLES * cycle_length(rank)
         scale = root.scale * jnp.where(started, factor, 1.0)
     scale = scale * jnp.sqrt(jnp.exp(jnp.mean(jnp.log(root.scale**2 / scale**2))))

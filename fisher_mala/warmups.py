@@ -437,16 +437,17 @@ def fisher_mala_warmup(
         per iteration; the Rao-Blackwellized signal, Proposition 4's rates).
     low_rank_diagonal
         With ``rank``: how the diagonal ``D`` of :mod:`fisher_mala.low_rank` is learned.
-        ``"learned"`` (default): ``sqrt(Var x / F_ii)`` from the chain's positions and
-        signals (nutpie's diagonal), which converges fastest where the target's
-        heterogeneity lies on the coordinates but shrinks the coordinates that a few
-        informed directions load on. ``"whitened"``: after the first cycles, a quarter
-        step per cycle toward the diagonal that whitens what the whole ``R`` leaves, so
-        that ``D`` does not take on stiffness the low-rank part explains (a whitened
-        latent Gaussian process), converging more slowly elsewhere. ``"unit"``: ``D`` held
-        at the identity (times the learned level), for coordinates in which the prior is
-        ``N(0, I)`` and the data inform a few directions (a non-centred hierarchical
-        model, a whitened latent Gaussian process).
+        ``"whitened"`` (default): after the first cycles, a quarter step per cycle
+        toward the diagonal that whitens what the whole ``R`` leaves once the cycle's
+        low-rank update is made, so that ``D`` does not take on stiffness the low-rank
+        part explains (a whitened latent Gaussian process, a non-centred model).
+        ``"learned"``: ``sqrt(Var x / F_ii)`` from the chain's positions and signals
+        (nutpie's diagonal), which converges fastest where the target's heterogeneity
+        lies on the coordinates but shrinks the coordinates that a few informed
+        directions load on. ``"unit"``: ``D`` held at the identity (times the learned
+        level), for coordinates in which the prior is ``N(0, I)`` and the data inform a
+        few directions (a non-centred hierarchical model, a whitened latent Gaussian
+        process).
     fast_start
         ``False``: Algorithm 1. ``True`` (needs BlackJAX): the MALA phase adapts
         ``sigma^2`` by dual averaging (a far start, where the searched step is orders of
