@@ -8,7 +8,8 @@ low-rank approximations as the way past that. This module learns, from the same 
 * ``D``: a diagonal (``D = I / lambda`` at the start, as the dense ``R_0 = I /
   sqrt(lambda)``). By default (``diagonal="whitened"``) ``D`` is held for the first
   :data:`WHITENED_DELAY_CYCLES` cycles, then moved a quarter of the way per cycle
-  (:data:`WHITENED_STEP`, log scale) toward the diagonal that whitens what the whole
+  (:data:`WHITENED_STEP`, log scale; both counted in the cycles of ``k = 8``,
+  :func:`whitened_pace`) toward the diagonal that whitens what the whole
   ``R`` leaves, read off the whitened signals' and positions' second moments as the
   cycle's own low-rank update leaves them (:func:`_moments_after`,
   :func:`_whitened_correction`): it corrects only what ``Q`` does not explain. With
@@ -108,6 +109,9 @@ __all__ = [
     "DEFAULT_DIAGONAL",
     "WHITENED_STEP",
     "WHITENED_DELAY_CYCLES",
+    "WHITENED_REFERENCE_RANK",
+    "WHITENED_MAX_STEP",
+    "whitened_pace",
 ]
 
 #: Blocks of ``k`` columns in the search basis: the kept directions, the residuals of the
@@ -160,6 +164,19 @@ WHITENED_STEP = 0.25
 #: ``diagonal="whitened"``: cycles with ``D`` held (at its start), for ``Q`` to find the
 #: stiffest directions first.
 WHITENED_DELAY_CYCLES = 4
+#: ``diagonal="whitened"``: the rank whose cycles :data:`WHITENED_STEP` and
+#: :data:`WHITENED_DELAY_CYCLES` count (:func:`whitened_pace`). A larger ``k`` has longer
+#: cycles (``30 k`` signals), so at a quarter step per cycle after four cycles ``D`` would
+#: not move before 3840 signals with ``k = 32`` (``rank="auto"``): on the low-rank race's
+#: Gaussian 0.17 of the dense ``R`` per gradient, against 0.63 and 0.67 (two keys) at the
+#: pace of ``k = 8`` in signals with the step capped (``benchmarks/low_rank_diagonal.py``,
+#: ``docs/large_problems.md``).
+WHITENED_REFERENCE_RANK = 8
+#: ``diagonal="whitened"``: the largest fraction of the correction applied in one cycle,
+#: whatever its length: with ``k = 32`` the pace of ``k = 8`` uncapped (0.68 of the way
+#: per cycle) took the race's latent Gaussian process from 0.91 of the dense ``R`` per
+#: gradient to 0.65.
+WHITENED_MAX_STEP = 0.5
 #: ``diagonal`` choices: ``D`` from the positions and signals, the identity, or the
 #: correction the whitened signals and positions ask for (:func:`_whitened_correction`).
 DIAGONALS = ("learned", "unit", "whitened")
@@ -231,6 +248,18 @@ class LowRankFisherState(NamedTuple):
 def cycle_length(rank: int) -> int:
     """``T``, the signals of one cycle (:data:`CYCLE_SIGNALS_PER_RANK`)."""
     return max(MIN_CYCLE, CYCLE_SIGNALS_PER_RANK * SEARCH_BLOCKS * int(rank))
+
+
+def whitened_pace(rank: int) -> tuple[float, int]:
+    """``(step, delay)`` of ``diagonal="whitened"`` for rank ``k``: the fraction of the
+    correction per cycle and the signals before the first. The pace per signal is that of
+    :data:`WHITENED_STEP` and :data:`WHITENED_DELAY_CYCLES` over the cycles of
+    :data:`WHITENED_REFERENCE_RANK` (``1 - (1 - s)^(T_k / T_ref)`` per cycle of ``T_k``
+    signals, at most :data:`WHITENED_MAX_STEP`): the same for ``k = 8``, not four times
+    slower for ``k = 32``."""
+    reference = cycle_length(WHITENED_REFERENCE_RANK)
+    step = 1.0 - (1.0 - WHITENED_STEP) ** (cycle_length(rank) / reference)
+    return min(step, WHITENED_MAX_STEP), WHITENED_DELAY_CYCLES * reference
 
 
 def _orthonormal(matrix: Array) -> Array:
@@ -451,8 +480,9 @@ def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRank
         scale = root.scale  # the identity, at the level it has
     elif diagonal == "whitened":  # after the first cycles, a step toward the correction
         moments = _moments_after(state, _cycle_moments(state), vectors, beta)
-        factor = _whitened_correction(moments, WHITENED_STEP)
-        started = state.count >= WHITENED_DELAY_CYCLES * cycle_length(rank)
+        step, delay = whitened_pace(rank)
+        factor = _whitened_correction(moments, step)
+        started = state.count >= delay
         scale = root.scale * jnp.where(started, factor, 1.0)
     scale = scale * jnp.sqrt(jnp.exp(jnp.mean(jnp.log(root.scale**2 / scale**2))))
     scale = scale / jnp.sqrt(jnp.sqrt(bulk))

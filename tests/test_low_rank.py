@@ -240,6 +240,19 @@ def test_the_whitened_diagonal_reads_the_moments_the_low_rank_update_leaves():
         assert np.max(np.abs(np.asarray(after[0]) / np.diag(psi.T @ psi / cycle) - 1)) > 0.1
 
 
+def test_the_whitened_diagonal_keeps_the_pace_of_rank_8_per_signal_whatever_the_rank():
+    """``whitened_pace``: ``k = 8`` takes a quarter step per cycle after four cycles (960
+    signals); ``k = 32`` (``rank="auto"``), whose cycles are four times longer, starts
+    after one cycle, not four, with the step of four quarter steps capped at a half;
+    ``k = 4`` takes smaller steps over its shorter cycles, the same pace per signal."""
+    assert low_rank.whitened_pace(8) == (0.25, 960)
+    assert low_rank.cycle_length(32) == 960 == low_rank.whitened_pace(32)[1]
+    assert low_rank.whitened_pace(32)[0] == low_rank.WHITENED_MAX_STEP == 0.5
+    step, delay = low_rank.whitened_pace(4)
+    assert delay == 960 and delay // low_rank.cycle_length(4) == 8
+    np.testing.assert_allclose((1 - step) ** 2, 0.75, rtol=1e-12)
+
+
 def test_a_whitened_diagonal_learns_both_kinds_of_diagonal_plus_low_rank_covariance():
     """``diagonal="whitened"`` (d = 200, k = 8): on the diagonal spanning e^-2 .. e^2 plus
     rank 4 (20 000 iterations) the trace-normalized A within 8% of Sigma in relative
