@@ -158,8 +158,8 @@ DEFAULT_DIAGONAL = "whitened"
 #: a prior-whitened model, turns them into a diagonal that ``Q`` then fights, and the two
 #: diverge (``python -m benchmarks.low_rank_diagonal --synthetic``: relative Frobenius error
 #: 0.64 to 1.19 with a whole step on a prior plus four informed directions, 0.16 to 0.20
-#: with a half, 0.04 with a quarter after :data:`WHITENED_DELAY_CYCLES`); 0.3 or 0.35 of a
-#: step was no better than a quarter on the low-rank race's Gaussian.
+#: with a half, 0.04 with a quarter after :data:`WHITENED_DELAY_CYCLES`); 0.3 of a step
+#: moved the low-rank race's Gaussian by less than its spread between keys.
 WHITENED_STEP = 0.25
 #: ``diagonal="whitened"``: cycles with ``D`` held (at its start), for ``Q`` to find the
 #: stiffest directions first.
