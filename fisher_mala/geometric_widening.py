@@ -19,9 +19,11 @@ and the step size is tuned again in the phase's second half. Directions within t
 threshold keep the Fisher metric untouched (bit for bit: the chain is then the one of an
 unsplit phase). A low-rank ``R`` (:class:`~fisher_mala.square_roots.LowRankSqrt`) keeps
 the half's last draws instead of ``d x d`` sums (:class:`LowRankMoments`): half of them
-choose the directions, half measure them (:func:`_widened_low_rank`); before that,
-``R``'s own ``k`` directions are measured on all of them and given their variance, either
-way, where it is far from what ``R`` says (:func:`_remeasured`). Nothing is widened
+choose the directions, half measure them (:func:`_widened_low_rank`); before that, ``R``
+is measured on all of them in the span of its own ``k`` directions and given the
+covariance they show there, either way, where it is far from what ``R`` says
+(:func:`_remeasured`), and after it, the widened root once more, toward looser only.
+Nothing is widened
 in a funnel, whose gradients' sizes vary by orders of
 magnitude across the draws (:func:`gradient_kurtosis_ratio` above
 :data:`WIDENING_MAX_KURTOSIS_RATIO`): no one metric fits it, and a wider one sends the
@@ -112,10 +114,11 @@ LOW_RANK_MIN_DRAWS = 32
 #: ``d = 1000``, 0.98 to 0.99).
 LOW_RANK_MIN_AGREEMENT = 0.4
 #: The learned directions ``Q`` of a low-rank root are measured again on all kept draws
-#: (no choice is made from them, so no half is set aside): along ``q``, the geometric mean
-#: ``sqrt(var(q^T z) / var(q^T R^T g))`` of the whitened draws' and gradients' variances
-#: (exact for a Gaussian direction, as ``M`` above) over the Fisher scale; a direction
-#: whose ratio is above this, or below its inverse, takes that variance. The recursion's
+#: (no choice is made from them, so no half is set aside): in their span, the ``k x k``
+#: geometric mean of the whitened draws' and gradients' covariances (exact for a Gaussian
+#: whose eigendirections ``Q`` spans, as ``M`` above) over the Fisher scale; along each of
+#: its eigenvectors whose eigenvalue is above this, or below its inverse, ``R`` takes that
+#: variance. The recursion's
 #: factors can be far from the posterior's when the Fisher phase is short for ``d`` (on
 #: ``benchmarks.low_rank_race``'s hierarchical logistic regression with ``d = 10 005``,
 #: ratios of 0.45 to 4.8 along all eight of its directions, ``python -m
@@ -361,47 +364,134 @@ def _low_rank_candidates(gram, cross, xp):
     return coefficients, xp.var(cross @ coefficients, axis=0, ddof=1)
 
 
-def _remeasured(r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, allowed, xp):
-    """``(R', R'^T g, s)``: ``R``'s own directions ``Q`` given the variance the kept draws
-    measure along them (:data:`LOW_RANK_REMEASURE_THRESHOLD`; ``along_x``, ``along_g``
-    ``(m, k)`` the kept whitened draws' and gradients' coordinates along ``Q``), and the
-    multipliers ``s`` ``(k,)`` of ``R``'s scale along each (1 where unchanged; all 1: ``R``
-    and ``R^T g`` returned unchanged, bit for bit).
+def _remeasured(
+    r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, allowed, xp, shrink=True
+):
+    """``(R', R'^T g, factor)``: ``R`` given, in the span of its own directions ``Q``, the
+    covariance the kept draws measure there (``along_x``, ``along_g`` ``(m, k)``: the kept
+    whitened draws' and gradients' coordinates along ``Q``), and the largest factor by
+    which a variance changed (1 where nothing did: then ``R`` and ``R^T g`` are returned
+    unchanged, bit for bit).
 
-    In ``D``-scaled coordinates ``q`` is an eigenvector of ``S = I + Q diag(c) Q^T``, so
-    the whitened rows' coordinates along it are the scaled ones over ``1 + c``: a factor
-    ``c' = (1 + c) s - 1`` scales the variance of ``R`` along ``q`` by ``s^2``, divides the
-    whitened draws' coordinate there by ``s`` and multiplies the gradients' by ``s``."""
-    basis = r.basis
-    ratio = xp.sqrt(xp.var(along_x, axis=0, ddof=1) / xp.var(along_g, axis=0, ddof=1))
-    ratio = ratio / fisher_scale
-    threshold = LOW_RANK_REMEASURE_THRESHOLD
-    # a ratio past the bounds (a chain that did not move along q: 0 up to rounding) says
-    # nothing about the posterior
+    The measure is the ``k x k`` geometric mean ``M`` of the draws' and the gradients'
+    covariances along ``Q`` (``M C_g M = C_x``; exact for a Gaussian whatever the draws'
+    autocorrelation, where ``Q`` spans whole eigendirections), over the Fisher scale. Along
+    each eigenvector ``w`` of ``M`` whose eigenvalue ``mu`` is past
+    :data:`LOW_RANK_REMEASURE_THRESHOLD` either way, ``R`` takes that variance:
+    ``R R^T <- R (I + Q W diag(t^2 - 1) W^T Q^T) R^T``, ``t = sqrt(mu)`` there, 1 elsewhere.
+    Unlike the variance along each ``q`` alone, this also turns ``Q`` within its span: a
+    noisy estimate of a loose direction is a mixture of two of the posterior's, and only
+    their ``k x k`` covariance says how to unmix them.
+
+    In ``D``-scaled coordinates ``R = D^(1/2) S``, ``S = I + Q diag(c) Q^T``; the new ``S'``
+    is the symmetric root of ``S (I + Q (T^2 - I) Q^T) S``, ``T = W diag(t) W^T``: in the span
+    of ``Q`` that is ``diag(1 + c) T^2 diag(1 + c)``, whose eigenpairs give ``Q'`` and
+    ``c'``. ``O(d k^2)``. ``shrink=False``: only the eigenvalues above the threshold are
+    taken (the widened root's second measure, :func:`_widened_low_rank`)."""
+    m, k = along_x.shape
+    centred_x = along_x - xp.mean(along_x, axis=0)
+    centred_g = along_g - xp.mean(along_g, axis=0)
+    cov_x, cov_g = centred_x.T @ centred_x / (m - 1), centred_g.T @ centred_g / (m - 1)
+    # a direction q whose own ratio is past the bounds (a chain that did not move along it:
+    # 0 up to rounding) says nothing about the posterior: it is left out of M (identity)
     low, high = LOW_RANK_REMEASURE_BOUNDS
-    measured = xp.isfinite(ratio) & (ratio > low) & (ratio < high)
-    off = allowed & measured & ((ratio > threshold) | (ratio * threshold < 1.0))
-    s = xp.where(off, xp.sqrt(xp.where(off, ratio, 1.0)), 1.0)
-    remeasured = (
-        LowRankSqrt(r.scale, basis, xp.where(off, (1.0 + r.factors) * s - 1.0, r.factors)),
-        whitened_grad + basis @ ((basis.T @ whitened_grad) * (s - 1.0)),
+    own = xp.sqrt(xp.diagonal(cov_x) / xp.diagonal(cov_g)) / fisher_scale
+    measured = xp.isfinite(own) & (own > low) & (own < high)
+    mean = geometric_mean(cov_x, cov_g, xp) / fisher_scale
+    identity = xp.eye(k, dtype=mean.dtype)
+    mean = xp.where(measured[:, None] & measured[None], mean, identity)
+    finite = xp.all(xp.isfinite(mean))
+    mean = xp.where(finite, mean, identity)
+    mu, w = xp.linalg.eigh(0.5 * (mean + mean.T))
+    threshold = LOW_RANK_REMEASURE_THRESHOLD
+    off = (
+        allowed
+        & finite
+        & (mu > low)
+        & (mu < high)
+        & ((mu > threshold) | (shrink & (mu * threshold < 1.0)))
     )
+    t = xp.where(off, xp.sqrt(xp.where(off, mu, 1.0)), 1.0)
+    half_product = (1.0 + r.factors)[:, None] * (w * t)  # diag(1 + c) W diag(t)
+    lam, vectors = xp.linalg.eigh(half_product @ half_product.T)
+    lam = xp.maximum(lam, xp.finfo(lam.dtype).tiny)
+    basis = r.basis @ vectors
+    remeasured = LowRankSqrt(r.scale, basis, xp.sqrt(lam) - 1.0)
+    # R'^T g = S' D^{1/2} g = S' S^{-1} R^T g
+    g = _apply(basis, remeasured.factors, _apply(r.basis, _inverse_factors(r), whitened_grad))
     changed = xp.any(off)
-    out = jax.tree.map(lambda new, old: xp.where(changed, new, old), remeasured, (r, whitened_grad))
-    return (*out, s)
-
-
-def _products_through(products, along_x, along_g, s, xp):
-    """The kept rows' products ``(X X^T, X G^T, G G^T)`` as ``R'`` of :func:`_remeasured`
-    sees them (its draws' coordinates along ``Q`` over ``s``, its gradients' times ``s``),
-    from ``R``'s and the coordinates along ``Q``: ``O(m^2 k)``, no new ``(m, d)`` rows
-    (``X G^T`` is unchanged: ``s / s = 1``)."""
-    xx, xg, gg = products
-    return (
-        xx + (along_x * (1.0 / s**2 - 1.0)) @ along_x.T,
-        xg,
-        gg + (along_g * (s**2 - 1.0)) @ along_g.T,
+    out = jax.tree.map(
+        lambda new, old: xp.where(changed, new, old), (remeasured, g), (r, whitened_grad)
     )
+    return (*out, xp.max(xp.maximum(t, 1.0 / t)) ** 2)
+
+
+class _KeptRows(NamedTuple):
+    """The kept rows as the root ``r0`` that whitened them sees them (``draws`` ``Z``,
+    ``grads`` ``G``, ``(m, d)``), their coordinates along its directions ``Q_0``, and their
+    products ``(Z Z^T, Z G^T, G G^T)``: what any other root of the same ``D`` sees of them
+    follows in ``O(m d k)`` (:func:`_through`)."""
+
+    r0: LowRankSqrt
+    draws: jax.Array
+    grads: jax.Array
+    along_x: jax.Array
+    along_g: jax.Array
+    products: tuple
+
+
+def _through(kept: _KeptRows, r: LowRankSqrt, xp):
+    """``(products, along_x, along_g, scaled)``: the kept rows as the root ``r`` (the same
+    ``D``) sees them: their products ``(Z' Z'^T, Z' G'^T, G' G'^T)``, their coordinates
+    along ``r``'s directions ``Q`` ``(m, k)``, and ``(Y Q, H Q)``, ``Y`` the draws and
+    ``H`` the gradients in ``D``-scaled coordinates (``D^(-1/2) (x - origin) = S_0 z``,
+    ``D^(1/2) g = S_0^{-1} psi``).
+
+    ``Z' = Y S^{-1}``, ``G' = H S``, and ``(I + Q diag(e) Q^T)^2 = I + Q diag(2 e + e^2)
+    Q^T``: every product is the old one plus rank-``k`` terms (``Z' G'^T = Z G^T``: ``S`` and
+    ``S^{-1}`` cancel), from the rows' coordinates along ``Q_0`` and ``Q``; no new ``(m, d)``
+    rows."""
+    r0 = kept.r0
+    xx, xg, gg = kept.products
+    c0, inverse0 = r0.factors, _inverse_factors(r0)
+    overlap = r0.basis.T @ r.basis
+    y = kept.draws @ r.basis + (kept.along_x * c0) @ overlap  # Y Q
+    h = kept.grads @ r.basis + (kept.along_g * inverse0) @ overlap  # H Q
+    yy = xx + (kept.along_x * (2.0 * c0 + c0**2)) @ kept.along_x.T
+    hh = gg + (kept.along_g * (2.0 * inverse0 + inverse0**2)) @ kept.along_g.T
+    c, inverse = r.factors, _inverse_factors(r)
+    products = (
+        yy + (y * (2.0 * inverse + inverse**2)) @ y.T,
+        xg,
+        hh + (h * (2.0 * c + c**2)) @ h.T,
+    )
+    return products, y / (1.0 + c), h * (1.0 + c), (y, h)
+
+
+def _combined(kept: _KeptRows, r: LowRankSqrt, scaled, of_draws, of_grads):
+    """``Z'^T a + G'^T b`` ``(d, p)``: combinations of the kept rows as ``r`` sees them
+    (:func:`_through`; ``scaled``: its ``(Y Q, H Q)``), ``a`` and ``b`` ``(m, p)``."""
+    r0 = kept.r0
+    y_a = kept.draws.T @ of_draws + r0.basis @ (r0.factors[:, None] * (kept.along_x.T @ of_draws))
+    h_b = kept.grads.T @ of_grads + r0.basis @ (
+        _inverse_factors(r0)[:, None] * (kept.along_g.T @ of_grads)
+    )
+    y, h = scaled
+    return (
+        y_a
+        + r.basis @ (_inverse_factors(r)[:, None] * (y.T @ of_draws))
+        + h_b
+        + r.basis @ (r.factors[:, None] * (h.T @ of_grads))
+    )
+
+
+def _remeasured_through(kept: _KeptRows, r, whitened_grad, sum_q, dim, n, allowed, xp):
+    """:func:`_remeasured` of the root ``r`` on the kept rows as it sees them; ``sum_q``:
+    the sum of ``|R_0^T g|^2`` over the draws, the Fisher scale's, rescaled to ``r`` by the
+    kept gradients' share of the change."""
+    products, along_x, along_g, _ = _through(kept, r, xp)
+    scale = dim * n / (sum_q * xp.trace(products[2]) / xp.trace(kept.products[2]))
+    return _remeasured(r, whitened_grad, along_x, along_g, scale, allowed, xp, shrink=False)
 
 
 def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):
@@ -420,9 +510,18 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     :mod:`fisher_mala.low_rank`: a widening weaker than a kept direction's stiffness or
     looseness gives way to it).
 
-    Before that, ``R``'s own directions are measured on all the kept draws
+    Before that, ``R`` is measured on all the kept draws in the span of its own directions
     (:func:`_remeasured`), and the draws are seen through the root that gives them their
-    measured variance.
+    measured covariance there. After it, the widened root is measured again in the span of
+    its directions, now holding the loose ones found, and widened where that measure is
+    looser still: the draws of a half are a short stretch of a chain that has not yet
+    moved far along a loose direction, and their variance along it falls short of the
+    posterior's (on the low-rank race's Gaussian, 18 to 42 times the rest's where the
+    posterior's are 20 to 100), where the geometric mean, which the gradients make
+    exact for a Gaussian's eigendirections however short the stretch, does not. It only
+    widens: along a direction that mixes a loose one with others the geometric mean falls
+    short instead (the precision there is the others'), and where the draws mix well their
+    variance was right (``tests/test_geometric_widening.py``, independent draws).
 
     Memory: the kept rows (``2 m d`` numbers), products of them ``(m, m)`` and the ``k``
     directions ``(d, k)``: no ``d x m`` basis is formed.
@@ -433,15 +532,14 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     dim = moments.draws.shape[-1]
     draws, grads = moments.draws, moments.grads  # the draws whitened
     n = xp.asarray(count, moments.sum_q.dtype)
-    along_x, along_g = draws @ r.basis, grads @ r.basis
-    r, whitened_grad, s = _remeasured(
-        r, whitened_grad, along_x, along_g, dim * n / moments.sum_q, allowed, xp
-    )
-    basis = r.basis
     # every product of two kept rows, from three products of the whole buffers (slices of
-    # the (m, m) results, not of the (m, d) rows: no copy of the rows), seen through R'
+    # the (m, m) results, not of the (m, d) rows: no copy of the rows)
     products = (draws @ draws.T, draws @ grads.T, grads @ grads.T)
-    xx, xg, gg = _products_through(products, along_x, along_g, s, xp)
+    kept = _KeptRows(r, draws, grads, draws @ r.basis, grads @ r.basis, products)
+    r, whitened_grad, remeasured = _remeasured(
+        r, whitened_grad, kept.along_x, kept.along_g, dim * n / moments.sum_q, allowed, xp
+    )
+    (xx, xg, gg), _, _, scaled = _through(kept, r, xp)  # seen through R'
     # the Fisher scale through R': the kept gradients' share of the change
     sum_q = moments.sum_q * (xp.trace(gg) / xp.trace(products[2]))
     one, two = slice(0, half), slice(half, 2 * half)
@@ -473,20 +571,15 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     agreement = xp.sum(overlap**2 * found_again[:, None], axis=0)
     widen = allowed & found & (agreement >= LOW_RANK_MIN_AGREEMENT)
     extra = _multipliers(ratio, widen, xp)
-    top = xp.argsort(-extra)[: basis.shape[-1]]  # the k widened most (0: not widened)
+    top = xp.argsort(-extra)[: r.basis.shape[-1]]  # the k widened most (0: not widened)
     top_chosen = chosen[:, top]
     rest = xp.zeros((m - half, top_chosen.shape[1]), top_chosen.dtype)  # the other half
     of_draws = xp.concatenate([top_chosen[:half], rest], axis=0)
     of_grads = xp.concatenate([top_chosen[half:], rest], axis=0)
-    # X'^T a + G'^T b, the rows as R' sees them (:func:`_products_through`)
-    directions = draws.T @ of_draws + grads.T @ of_grads
-    directions = directions + basis @ (
-        (1.0 / s - 1.0)[:, None] * (along_x.T @ of_draws)
-        + (s - 1.0)[:, None] * (along_g.T @ of_grads)
-    )
+    directions = _combined(kept, r, scaled, of_draws, of_grads)  # X'^T a + G'^T b
     widened, g = low_rank_widened(r, directions, extra[top], whitened_grad, xp)
-    remeasured = xp.max(xp.maximum(s, 1.0 / s)) ** 2
-    return widened, g, xp.maximum((1.0 + xp.max(extra)) ** 2, remeasured)
+    widened, g, again = _remeasured_through(kept, widened, g, moments.sum_q, dim, n, allowed, xp)
+    return widened, g, xp.maximum((1.0 + xp.max(extra)) ** 2, xp.maximum(remeasured, again))
 
 
 def low_rank_widened(r: LowRankSqrt, directions, extra, whitened_grad, xp=jnp):
