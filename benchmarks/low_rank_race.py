@@ -354,7 +354,7 @@ def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool =
 def _print_fit(target, r) -> None:
     """How the chain's rank-8 ``R`` fits its draws along its own directions ``q`` (in
     ``D``-scaled coordinates): the geometric mean of the whitened draws' and gradients'
-    variances along each (1 where ``R`` fits; what the step-size phase's re-measure reads,
+    variances along each (1 where ``R`` fits; the diagonal of the ``k x k`` measure of
     ``geometric_widening._remeasured``), and the draws' min bulk ESS per gradient."""
     import fisher_mala as fm
 

@@ -516,8 +516,8 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     its directions, now holding the loose ones found, and widened where that measure is
     looser still: the draws of a half are a short stretch of a chain that has not yet
     moved far along a loose direction, and their variance along it falls short of the
-    posterior's (on the low-rank race's Gaussian, 18 to 42 times the rest's where the
-    posterior's are 20 to 100), where the geometric mean, which the gradients make
+    posterior's (``docs/large_problems.md``, the race's Gaussian), where the geometric
+    mean, which the gradients make
     exact for a Gaussian's eigendirections however short the stretch, does not. It only
     widens: along a direction that mixes a loose one with others the geometric mean falls
     short instead (the precision there is the others'), and where the draws mix well their

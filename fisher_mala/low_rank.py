@@ -149,9 +149,8 @@ PROBE_BLOCKS = 2
 #: The ``diagonal`` of ``fm.sample(..., rank=k)`` unless ``low_rank_diagonal`` says
 #: otherwise (``benchmarks/low_rank_diagonal.py``, ``docs/large_problems.md`` has the
 #: figures): on a whitened latent Gaussian process about three times ``"learned"`` per
-#: gradient, level with it on the race's hierarchical regressions, a little behind it on
-#: a Gaussian whose diagonal spans e^-2 .. e^2 (quarter steps converge more slowly than
-#: the learned rule's direct estimate): its worst cell is the better of the two.
+#: gradient, level with it or ahead on the race's hierarchical regressions and on a
+#: Gaussian whose diagonal spans e^-2 .. e^2.
 DEFAULT_DIAGONAL = "whitened"
 #: ``diagonal="whitened"``: the fraction of the correction (log scale) applied per cycle.
 #: A whole step is exact on a diagonal target but, before ``Q`` has the stiff directions of
@@ -169,13 +168,14 @@ WHITENED_DELAY_CYCLES = 4
 #: cycles (``30 k`` signals), so at a quarter step per cycle after four cycles ``D`` would
 #: not move before 3840 signals with ``k = 32`` (``rank="auto"``): on the low-rank race's
 #: Gaussian 0.17 of the dense ``R`` per gradient, against 0.63 and 0.67 (two keys) at the
-#: pace of ``k = 8`` in signals with the step capped (``benchmarks/low_rank_diagonal.py``,
+#: pace of ``k = 8`` in signals with the step capped, both before the step-size phase's
+#: widening measured its widened root again (``benchmarks/low_rank_diagonal.py``,
 #: ``docs/large_problems.md``).
 WHITENED_REFERENCE_RANK = 8
 #: ``diagonal="whitened"``: the largest fraction of the correction applied in one cycle,
 #: whatever its length: with ``k = 32`` the pace of ``k = 8`` uncapped (0.68 of the way
 #: per cycle) took the race's latent Gaussian process from 0.91 of the dense ``R`` per
-#: gradient to 0.65.
+#: gradient to 0.65 (with the earlier widening, as above).
 WHITENED_MAX_STEP = 0.5
 #: ``diagonal`` choices: ``D`` from the positions and signals, the identity, or the
 #: correction the whitened signals and positions ask for (:func:`_whitened_correction`).
