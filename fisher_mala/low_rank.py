@@ -190,7 +190,8 @@ class LowRankFisherState(NamedTuple):
     sqrt_precond
         The :class:`~fisher_mala.square_roots.LowRankSqrt` in use (refreshed each cycle).
     sum_squares
-        ``(d,)``, ``sum_n s_n^2``: the Fisher diagonal's running sum.
+        ``(d,)``, ``sum_n s_n^2``: the Fisher diagonal's running sum (``diagonal=
+        "learned"`` only; zeros otherwise, as ``position_squares``).
     count
         Signals absorbed.
     basis
@@ -470,13 +471,14 @@ def _refresh(state: LowRankFisherState, rank: int, damping, diagonal) -> LowRank
     new_basis = span @ local_vectors[:, keep]
     # D = sqrt(Var x / F_ii) (the diagonal of Seyboldt et al.'s Fisher HMC, a fixed point
     # of the biased Fisher diagonal as the low-rank part is of B), the bulk folded into it.
-    fisher_diagonal = (damping + state.sum_squares) / (1.0 + state.count)
-    count = state.count.astype(fisher_diagonal.dtype)
-    mean = state.position_sum / count
-    variance = jnp.maximum(state.position_squares / count - mean**2, 0.0)
-    variance = jnp.where(variance > 0, variance, 1.0 / fisher_diagonal)
-    scale = jnp.sqrt(jnp.sqrt(variance / fisher_diagonal))
-    if diagonal == "unit":
+    if diagonal == "learned":  # the only reader of the sums of s^2 and x^2 (`update`)
+        fisher_diagonal = (damping + state.sum_squares) / (1.0 + state.count)
+        count = state.count.astype(fisher_diagonal.dtype)
+        mean = state.position_sum / count
+        variance = jnp.maximum(state.position_squares / count - mean**2, 0.0)
+        variance = jnp.where(variance > 0, variance, 1.0 / fisher_diagonal)
+        scale = jnp.sqrt(jnp.sqrt(variance / fisher_diagonal))
+    elif diagonal == "unit":
         scale = root.scale  # the identity, at the level it has
     elif diagonal == "whitened":  # after the first cycles, a step toward the correction
         moments = _moments_after(state, _cycle_moments(state), vectors, beta)
@@ -519,11 +521,12 @@ def _absorb(state: LowRankFisherState) -> LowRankFisherState:
 
 def update(
     state: LowRankFisherState, whitened_signal: Array, position: Array, rank: int,
-    damping=DAMPING,
+    damping=DAMPING, diagonal=DEFAULT_DIAGONAL,
 ):  # fmt: skip
     """Buffer one whitened signal ``psi = R^T s`` and the chain's position ``x`` (both
     ``(d,)``). Call :func:`end_of_block` after every :data:`BUFFER` of them: it absorbs
-    the buffers and refreshes ``R`` at the end of a cycle."""
+    the buffers and refreshes ``R`` at the end of a cycle. The sums of ``s^2`` and ``x^2``
+    that only ``diagonal="learned"`` reads are left at zero for the other diagonals."""
     root = state.sqrt_precond
     inverse = _inverse_factors(root)
     signal = _apply(root.basis, inverse, whitened_signal) / root.scale  # R^(-T) psi
@@ -531,11 +534,14 @@ def update(
     deviation = (position - position_sum / (state.count + 1)) / root.scale
     zeta = _apply(root.basis, inverse, deviation)  # R^(-1) (x - xbar)
     slot = state.cycle % BUFFER
+    learned = diagonal == "learned"
     return state._replace(
-        sum_squares=state.sum_squares + signal**2,
+        sum_squares=state.sum_squares + signal**2 if learned else state.sum_squares,
         count=state.count + 1,
         position_sum=position_sum,
-        position_squares=state.position_squares + position**2,
+        position_squares=state.position_squares + position**2
+        if learned
+        else state.position_squares,
         whitened_moments=state.whitened_moments + jnp.stack([whitened_signal**2, zeta**2, zeta]),
         trace_sum=state.trace_sum + whitened_signal @ whitened_signal,
         cycle=state.cycle + 1,
@@ -586,7 +592,9 @@ def fisher_state(position, logdensity, logdensity_grad, step_size, root: LowRank
     )
 
 
-def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
+def adaptive_step(
+    step_size_rule, rank: int, damping=DAMPING, diagonal=DEFAULT_DIAGONAL
+) -> Callable:
     """One FisherMALA iteration with the low-rank learner: preconditioned MALA with the
     learner's ``R``, the Rao-Blackwellized signal of Eq. (16), the learner's update, the
     step-size rule of Algorithm 1.
@@ -606,7 +614,7 @@ def adaptive_step(step_size_rule, rank: int, damping=DAMPING) -> Callable:
             "rao_blackwell", info.whitened_grad, info.proposal_whitened_grad,
             info.acceptance_rate, info.is_accepted, info.proposal_is_finite,
         )  # fmt: skip
-        learner = update(learner, psi, ravel(moved.position), rank, damping)
+        learner = update(learner, psi, ravel(moved.position), rank, damping, diagonal)
         step_size = step_size_rule.update(RobbinsMonroState(state.step_size), info.acceptance_rate)
         state = state._replace(  # R changes only at the end of a block (finish_block)
             position=moved.position,
@@ -644,7 +652,7 @@ def scan_adaptive(rng_key, carry, logdensity_fn, num_steps: int, rank: int, step
                   damping=DAMPING, diagonal=DEFAULT_DIAGONAL):  # fmt: skip
     """``num_steps`` adaptive iterations in blocks of :data:`BUFFER` (as the warm-up runs
     them): ``(carry, acceptance rates)``."""
-    step = adaptive_step(step_size_rule, rank, damping)
+    step = adaptive_step(step_size_rule, rank, damping, diagonal)
     finish = finish_block(rank, damping, diagonal)
 
     def one(carry, i):

@@ -599,7 +599,7 @@ def _low_rank_warmup(
             )
     _check_counts(num_mala_steps=num_mala_steps)
     num_mala_steps = int(num_mala_steps)
-    step = low_rank.adaptive_step(robbins_monro(target, rho), rank, damping)
+    step = low_rank.adaptive_step(robbins_monro(target, rho), rank, damping, diagonal)
     rule = robbins_monro(target, rho)
     key_mala = (2, 0)
     start = _searched_start(
