@@ -3,9 +3,12 @@
 The scan body calls a host callback every ``every`` iterations with the *absolute*
 iteration number; the bar moves to that number. Updates are idempotent, so the several
 calls that ``vmap`` may make for one iteration (one per chain) move the bar once, and
-the rate of host calls is bounded by ``every`` (about 50 updates per phase by default).
+the rate of host calls is bounded by ``every`` (about 50 updates per phase by default),
+and so do the calls of groups of chains run at once from threads
+(:mod:`fisher_mala.chain_threads`): a lock makes each move whole.
 """
 
+import threading
 from collections.abc import Callable
 
 import jax
@@ -23,11 +26,13 @@ class ProgressBar:
         self.total = int(total)
         self.every = max(1, every or self.total // 50)
         self._bar = tqdm(total=self.total, desc=description, dynamic_ncols=True)
+        self._lock = threading.Lock()
 
     def update_to(self, iteration) -> None:
         iteration = min(int(iteration), self.total)
-        if iteration > self._bar.n:
-            self._bar.update(iteration - self._bar.n)
+        with self._lock:
+            if iteration > self._bar.n:
+                self._bar.update(iteration - self._bar.n)
 
     def close(self) -> None:
         self.update_to(self.total)

@@ -2,7 +2,8 @@
 
 ``sample`` runs every chain's warm-up (adaptation) and then its sampling phase with the
 tuned parameters frozen, vmapped over chains (sharded over local devices along a
-``"chain"`` mesh axis), each phase one jit-compiled ``lax.scan``. Compile time is
+``"chain"`` mesh axis; on one CPU device, in groups run from threads, one per core:
+:mod:`fisher_mala.chain_threads`), each phase one jit-compiled ``lax.scan``. Compile time is
 measured apart from run time (ahead-of-time ``lower().compile()``).
 
 Samplers are named by string (:mod:`fisher_mala.registry`; :func:`register_sampler`
@@ -27,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fisher_mala import checks, registry, run_checkpoint, sinks, validation
 from fisher_mala.base import ArrayTree, SamplingAlgorithm
+from fisher_mala.chain_threads import GroupedExecutable, chain_groups
 from fisher_mala.progress import ProgressBar, scan_with_progress
 from fisher_mala.registry import Sampler, register_sampler, samplers
 from fisher_mala.schedule import WarmupInfo, WarmupParameters
@@ -357,10 +359,15 @@ def map_over_chains(
     )(*args)
 
 
-def _compile(fn, *args):
-    """``(executable, seconds)``: ``fn`` compiled ahead of time for ``args``."""
+def _compile(fn, *args, groups: int = 1, mapped: int = 0):
+    """``(executable, seconds)``: ``fn`` compiled ahead of time for ``args``; with
+    ``groups > 1``, for one group of the chains of its first ``mapped`` arguments, the
+    groups run from threads (:class:`~fisher_mala.chain_threads.GroupedExecutable`)."""
     start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    if groups > 1:
+        compiled = GroupedExecutable(fn, args, groups, mapped)
+    else:
+        compiled = jax.jit(fn).lower(*args).compile()
     return compiled, time.perf_counter() - start
 
 
@@ -371,8 +378,8 @@ def _run(compiled, *args):
     return out, time.perf_counter() - start
 
 
-def _compile_and_run(fn, *args):
-    compiled, compile_seconds = _compile(fn, *args)
+def _compile_and_run(fn, *args, groups: int = 1, mapped: int = 0):
+    compiled, compile_seconds = _compile(fn, *args, groups=groups, mapped=mapped)
     out, run_seconds = _run(compiled, *args)
     return out, compile_seconds, run_seconds
 
@@ -595,6 +602,7 @@ class _Run:
     failed: Any = None  # (sum of the non-finite proposals, their count), per chain
     used_target_acceptance: float | None = None  # what a staged warm-up aimed at
     sampling_options: dict | None = None  # the sampling step's options the warm-up chose
+    groups: int = 1  # groups of independent chains run at once (fisher_mala.chain_threads)
 
     def warmup(self, data):
         return self.plan.kernels(_bind(self.logdensity_fn, data))[0]
@@ -628,7 +636,9 @@ class _Run:
         warmup = self.warmup(data)
         batched = getattr(warmup, "batched", False)
         if not getattr(warmup, "staged", False):
-            return _compile_and_run(self.stage(batched, "run"), keys, positions, data)
+            return _compile_and_run(
+                self.stage(batched, "run"), keys, positions, data, groups=self.groups, mapped=2
+            )
         compile_seconds, run_seconds, compiled = [], [], {}
 
         def call(method, argument, *extra):
@@ -637,7 +647,9 @@ class _Run:
             signature = (method, extra, structure, shapes)
             if signature not in compiled:
                 runner = self.stage(batched, method, *extra)
-                compiled[signature], seconds = _compile(runner, keys, argument, data)
+                compiled[signature], seconds = _compile(
+                    runner, keys, argument, data, groups=self.groups, mapped=2
+                )
                 compile_seconds.append(seconds)
             out, seconds = _run(compiled[signature], keys, argument, data)
             run_seconds.append(seconds)
@@ -693,7 +705,9 @@ class _Run:
             start = jnp.asarray(done, jnp.int32)
             if num not in compiled:  # at most two executables: the block and the last one
                 runner = self.sampling(one_state, num)
-                compiled[num], c = _compile(runner, keys, states, parameters, data, start)
+                compiled[num], c = _compile(
+                    runner, keys, states, parameters, data, start, groups=self.groups, mapped=3
+                )
                 compile_s += c
             (states, block, failed), r = _run(compiled[num], keys, states, parameters, data, start)
             seconds_s += r
@@ -711,6 +725,8 @@ class _Run:
         warmup = self.warmup(data)
         batched = getattr(warmup, "batched", False)  # one state for all chains (pooled)
         per_chain = getattr(warmup, "per_chain_sampling", False)
+        if batched:  # the chains share a state: one program for all of them
+            self.groups = 1
         if batched and user_mesh is None and jax.process_count() == 1:
             # The pooled update needs every chain's signal at every iteration: one device
             # runs it (across XLA:CPU devices the exchange costs more than it saves); with a
@@ -814,7 +830,9 @@ def _warm_up_in_parts(run: "_Run", keys, positions, data, saved):
         shared = (data, jnp.asarray(offset, jnp.int32))
         if (part, segment) not in compiled:
             runner = _warmup_part(run, batched, part, segment)
-            compiled[part, segment], c = _compile(runner, keys, positions, states, shared)
+            compiled[part, segment], c = _compile(
+                runner, keys, positions, states, shared, groups=run.groups, mapped=3
+            )
             seconds["compile"] += c
         out, r = _run(compiled[part, segment], keys, positions, states, shared)
         seconds["run"] += r
@@ -867,7 +885,9 @@ def _warm_up_segmented(run: "_Run", keys, positions, data, saved):
         shapes = tuple((np.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(argument))
         signature = (method, extra, jax.tree.structure(argument), shapes)
         if signature not in compiled:
-            compiled[signature], c = _compile(runner(method, extra), keys, argument, shared)
+            compiled[signature], c = _compile(
+                runner(method, extra), keys, argument, shared, groups=run.groups, mapped=2
+            )
             seconds["compile"] += c
         out, r = _run(compiled[signature], keys, argument, shared)
         seconds["run"] += r
@@ -983,7 +1003,10 @@ def sample(
         NUTS and HMC on a CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates (up to
         ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` with at most ``SMALL_BATCH`` chains per
         device), else vectorized.
-        Pooled samplers share one ``R`` and are always batched.
+        Pooled samplers share one ``R`` and are always batched. On a single XLA:CPU
+        device the chains also run in groups, one per core, each group's program
+        started from its own thread (:mod:`fisher_mala.chain_threads`); the method
+        applies within each group.
     diagnose
         Run :func:`fm.diagnose` on the result and issue one
         :class:`~fisher_mala.checks.SamplingWarning` naming every failed check (R-hat,
@@ -1065,7 +1088,7 @@ def sample(
     )  # fmt: skip
     run = _Run(
         plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars,
-        keep, block, sink, saver,
+        keep, block, sink, saver, groups=chain_groups(num_chains) if mesh is None else 1,
     )  # fmt: skip
     try:
         out, (compile_seconds, warmup_seconds, sampling_seconds) = run(

@@ -1,0 +1,77 @@
+"""Groups of chains run from threads on one XLA:CPU device (fisher_mala.chain_threads)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fisher_mala as fm
+from fisher_mala import chain_threads, sampling
+
+
+@pytest.mark.parametrize(
+    "chains, cores, groups", [(4, 2, 2), (3, 2, 1), (6, 4, 3), (1, 8, 1), (8, 16, 8), (5, 1, 1)]
+)
+def test_groups_are_the_largest_divisor_of_the_chains_up_to_the_cores(chains, cores, groups):
+    assert chain_threads.chain_groups(chains, cores) == groups
+
+
+def test_a_grouped_program_gives_every_chain_what_one_program_gives():
+    def fn(keys, x, scale):  # per chain: its key's draw, its own value, a shared argument
+        return jax.vmap(lambda k, v: v * scale + jax.random.normal(k, v.shape))(keys, x), x.sum(
+            -1
+        )
+
+    keys = jax.random.split(jax.random.key(0), 6)
+    x = jnp.arange(18.0).reshape(6, 3)
+    whole = jax.jit(fn)(keys, x, 2.0)
+    for groups in (2, 3, 6):
+        grouped = chain_threads.GroupedExecutable(fn, (keys, x, 2.0), groups, mapped=2)
+        out = grouped(keys, x, 2.0)
+        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(whole), strict=True):
+            assert a.shape == b.shape
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _sample(monkeypatch, groups, sampler, dtype, **options):
+    monkeypatch.setattr(sampling, "chain_groups", lambda num_chains: groups)
+    scales = jnp.asarray([0.5, 1.0, 2.0], dtype)
+
+    def logdensity(x):
+        return -0.5 * jnp.sum((x / scales) ** 2)
+
+    x0 = jnp.asarray(np.linspace(-1.0, 1.0, 12).reshape(4, 3), dtype)
+    return fm.sample(jax.random.key(3), sampler, logdensity, x0, num_warmup=300,
+                     num_samples=50, diagnose=False, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("sampler", ["fisher_mala", "fisher_nuts"])
+def test_two_groups_of_chains_draw_what_one_batch_draws(monkeypatch, sampler):
+    """One chain after the other (NUTS at this d) computes each chain alike whatever the
+    group: the draws are bit-identical. A batch of two chains may round a product
+    differently from a batch of four (XLA's code follows the shapes): equal to rounding.
+    Float64 under ``jax.enable_x64``, whose thread-local setting the groups' threads take
+    from the caller."""
+    with jax.enable_x64(True):
+        one = _sample(monkeypatch, 1, sampler, jnp.float64)
+        two = _sample(monkeypatch, 2, sampler, jnp.float64)
+    assert np.asarray(two.samples).dtype == np.float64
+    if sampler == "fisher_nuts":
+        np.testing.assert_array_equal(np.asarray(two.samples), np.asarray(one.samples))
+    else:
+        np.testing.assert_allclose(np.asarray(two.samples), np.asarray(one.samples), rtol=1e-9)
+    np.testing.assert_array_equal(np.asarray(two.num_grad_evals), np.asarray(one.num_grad_evals))
+
+
+def test_pooled_chains_run_as_one_program(monkeypatch):
+    """Chains that share one ``R`` exchange their signals at every iteration: never split."""
+    calls = []
+    original = chain_threads.GroupedExecutable.__init__
+
+    def counted(self, *args, **kwargs):
+        calls.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(chain_threads.GroupedExecutable, "__init__", counted)
+    result = _sample(monkeypatch, 2, "fisher_mala", jnp.float32, pooled=True)
+    assert calls == [] and np.all(np.isfinite(np.asarray(result.samples)))
