@@ -47,7 +47,9 @@ Targets (synthetic, fixed seeds):
   (squared-exponential kernel, fixed hyperparameters), whitened, with an unknown log
   baseline: ``d = 1001``, the posterior the identity plus a stiff part of rank about 8;
 * ``hierarchical_logistic_10k``: the same with 10 000 groups, ``d = 10 005`` (no dense
-  ``R`` there: :data:`DENSE_MAX_DIM`).
+  ``R`` there: :data:`DENSE_MAX_DIM`);
+* ``gaussian_lowrank_10k``: ``gaussian_lowrank`` with ``d = 10 000`` (the same spectrum
+  of the rank-8 part, the same diagonal's range).
 
 Cells cached in ``benchmarks/results/low_rank_race/<target>/<sampler>.json``; the table in
 ``benchmarks/results/low_rank_race.md``.
@@ -90,7 +92,7 @@ class _Target:
         self.extras = {"pymc_model": pymc_model}
 
 
-def gaussian_lowrank(dim=1000):
+def gaussian_lowrank(dim=1000, name="gaussian_lowrank"):
     rng = np.random.default_rng(0)
     diagonal = np.exp(rng.uniform(-2, 2, dim))
     loadings = np.linalg.qr(rng.normal(size=(dim, 8)))[0]
@@ -111,7 +113,7 @@ def gaussian_lowrank(dim=1000):
             pm.Potential("density", -0.5 * ((y**2).sum() + (weights * (y @ loadings) ** 2).sum()))
         return model
 
-    return _Target("gaussian_lowrank", dim, logdensity, pymc_model)
+    return _Target(name, dim, logdensity, pymc_model)
 
 
 def hierarchical_logistic(groups=1000, per_group=8, features=3, name="hierarchical_logistic"):
@@ -180,9 +182,14 @@ def hierarchical_logistic_10k():
     return hierarchical_logistic(groups=10_000, name="hierarchical_logistic_10k")
 
 
+def gaussian_lowrank_10k():
+    return gaussian_lowrank(10_000, name="gaussian_lowrank_10k")
+
+
 TARGETS = {"gaussian_lowrank": gaussian_lowrank, "hierarchical_logistic": hierarchical_logistic,
            "latent_gp_poisson": latent_gp_poisson,
-           "hierarchical_logistic_10k": hierarchical_logistic_10k}  # fmt: skip
+           "hierarchical_logistic_10k": hierarchical_logistic_10k,
+           "gaussian_lowrank_10k": gaussian_lowrank_10k}  # fmt: skip
 #: Above this ``d`` the dense ``R`` (and the rank-8 learner's long warm-up) are not run: a
 #: leapfrog step's two ``d x d`` products alone (2 10^8 flops at d = 10^4) would take the
 #: cell hours on this machine's 2 cores.

@@ -563,6 +563,34 @@ def _compile_values() -> dict:
     }
 
 
+def _chain_threads_values() -> dict:
+    """The chain-groups section (``python -m benchmarks.chain_threads``)."""
+    out = _load("chain_threads.json")
+    ratios, long, short = {}, [], []
+    for r in out["rows"]:
+        one = np.median([x["bulk_min_per_second"] for x in r["one_program"]])
+        two = np.median([x["bulk_min_per_second"] for x in r["threads"]])
+        seconds = np.median([x["warmup"] + x["sampling"] for x in r["one_program"]])
+        name = f"{r['target']} {r['sampler']}"
+        ratios[name] = two / one
+        if r["target"] == "caravan" or r["sampler"] == "mala":
+            continue
+        (long if seconds >= 1.0 else short).append((name, two / one, seconds))
+    return {
+        "threads_groups": out["groups"],
+        "threads_long_low": f"{min(v for _, v, _ in long):.2f}",
+        "threads_long_high": f"{max(v for _, v, _ in long):.2f}",
+        "threads_long_cells": ", ".join(f"{n}: {v:.2f}" for n, v, _ in long),
+        "threads_short": ", ".join(
+            f"{n} ({s:.2f} s of warm-up and draws) {v:.2f}" for n, v, s in short
+        ),
+        "threads_caravan": f"{ratios['caravan fisher_nuts']:.2f}",
+        "threads_mala": f"{ratios['gp mala']:.2f}",
+        "threads_identical": sum(r["bit_identical"] for r in out["rows"]),
+        "threads_cells": len(out["rows"]),
+    }
+
+
 def _long_run_values() -> dict:
     lr = _load("long_run_1e6.json")
     return {
@@ -754,6 +782,7 @@ def _values(out: Path = DOCS) -> dict:
         **_projection_values(RESULTS / "race"),
         **_driver_values(),
         **_compile_values(),
+        **_chain_threads_values(),
         **_long_run_values(),
         **_gpu_values(),
     }

@@ -1,0 +1,126 @@
+"""One XLA:CPU device, every core: the chains' groups run from threads, or one program.
+
+    python -m benchmarks.chain_threads           # writes results/chain_threads.{json,md}
+    python -m benchmarks.chain_threads --render  # the table only
+
+``fm.sample`` on one XLA:CPU device runs the independent chains in groups, one per core,
+each group's program started from its own thread (:mod:`fisher_mala.chain_threads`).
+Each cell runs the same call both ways in one process, twice, interleaved (``one
+program``: ``chain_groups`` held at 1, as before the groups), 4 chains, the race's starts:
+Fisher NUTS (float64, 5000 warm-up iterations, 5000 draws, ``chain_method="auto"``) on
+posteriors of the Fisher NUTS race, and the quickstart's FisherMALA and MALA (the GP target,
+float32, 20 000 + 20 000). Score: min bulk ESS per second of warm-up plus sampling
+(compilation apart), and the seconds of each; the last column compares the draws of the
+two ways (bit-identical, or their largest difference).
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import templating
+
+OUT = Path(__file__).resolve().parent / "results" / "chain_threads.json"
+TABLE = OUT.with_suffix(".md")
+#: (target, sampler, float64, warm-up, draws)
+CELLS = (
+    ("german", "fisher_nuts", True, 5000, 5000),
+    ("arK", "fisher_nuts", True, 5000, 5000),
+    ("kilpisjarvi", "fisher_nuts", True, 5000, 5000),
+    ("inhomogeneous", "fisher_nuts", True, 5000, 5000),
+    ("gp", "fisher_nuts", True, 5000, 5000),
+    ("caravan", "fisher_nuts", True, 5000, 5000),
+    ("gp", "fisher_mala", False, 20_000, 20_000),
+    ("gp", "mala", False, 20_000, 20_000),
+)
+REPEATS = 2
+
+
+def _run(cell, grouped: bool) -> tuple[dict, np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+
+    import fisher_mala as fm
+    from fisher_mala import sampling
+
+    name, sampler, x64, num_warmup, num_samples = cell
+    original = sampling.chain_groups
+    if not grouped:
+        sampling.chain_groups = lambda num_chains: 1
+    try:
+        with jax.enable_x64(x64):
+            target = fm.targets.get(name)
+            dtype = jnp.float64 if x64 else jnp.float32
+            x0 = target.initial_positions(jax.random.key(0), 4, dtype)
+            r = fm.sample(jax.random.key(1), sampler, target.logdensity_fn, x0,
+                          num_warmup=num_warmup, num_samples=num_samples,
+                          diagnose=False)  # fmt: skip
+    finally:
+        sampling.chain_groups = original
+    draws = np.asarray(r.samples)
+    ess = float(np.nanmin(fm.ess(draws, method="bulk")))
+    seconds = r.warmup_seconds + r.sampling_seconds
+    row = {"warmup": r.warmup_seconds, "sampling": r.sampling_seconds,
+           "bulk_min": ess, "bulk_min_per_second": ess / seconds}  # fmt: skip
+    return row, draws
+
+
+def run() -> dict:
+    import jax
+
+    from fisher_mala.chain_threads import chain_groups
+
+    rows = []
+    for cell in CELLS:
+        runs = {"one_program": [], "threads": []}
+        draws = {}
+        for _ in range(REPEATS):
+            for variant in runs:
+                row, draws[variant] = _run(cell, variant == "threads")
+                runs[variant].append(row)
+        rows.append({
+            "target": cell[0], "sampler": cell[1], "float64": cell[2], **runs,
+            "bit_identical": bool(np.array_equal(draws["one_program"], draws["threads"])),
+            "max_abs_difference": float(np.max(np.abs(draws["one_program"] - draws["threads"]))),
+        })  # fmt: skip
+        print(rows[-1], flush=True)
+    out = {"device": str(jax.devices()[0]), "groups": chain_groups(4), "jax": jax.__version__,
+           "rows": rows}  # fmt: skip
+    OUT.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def render(out: dict) -> str:
+    header = ["target", "sampler", "min ESS/s: one program", "min ESS/s: threads",
+              "ratio (medians)", "warm-up + sampling s: one program", "threads",
+              "same draws"]  # fmt: skip
+    lines = []
+    for r in out["rows"]:
+        one = [x["bulk_min_per_second"] for x in r["one_program"]]
+        two = [x["bulk_min_per_second"] for x in r["threads"]]
+
+        def secs(runs):
+            return ", ".join(f"{x['warmup']:.2f} + {x['sampling']:.2f}" for x in runs)
+
+        lines.append([
+            r["target"], r["sampler"], ", ".join(f"{v:.0f}" for v in one),
+            ", ".join(f"{v:.0f}" for v in two), f"{np.median(two) / np.median(one):.2f}",
+            secs(r["one_program"]), secs(r["threads"]),
+            "bit-identical" if r["bit_identical"] else f"max diff {r['max_abs_difference']:.1e}",
+        ])  # fmt: skip
+    return templating.table(header, lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render", action="store_true")
+    args = parser.parse_args(argv)
+    out = json.loads(OUT.read_text()) if args.render else run()
+    TABLE.write_text(render(out))
+    print(TABLE.read_text())
+
+
+if __name__ == "__main__":
+    main()
