@@ -573,7 +573,7 @@ def _chain_threads_values() -> dict:
         seconds = np.median([x["warmup"] + x["sampling"] for x in r["one_program"]])
         name = f"{r['target']} {r['sampler']}"
         ratios[name] = two / one
-        if r["target"] == "caravan" or r["sampler"] == "mala":
+        if r["target"] in ("caravan", "mnist56") or r["sampler"] == "mala":
             continue
         (long if seconds >= 1.0 else short).append((name, two / one, seconds))
     return {
@@ -586,6 +586,8 @@ def _chain_threads_values() -> dict:
         ),
         "threads_caravan": f"{ratios['caravan fisher_nuts']:.2f}",
         "threads_mala": f"{ratios['gp mala']:.2f}",
+        "threads_mnist": f"{ratios['mnist56 fisher_mala']:.2f}",
+        "threads_max_dim": out["groups_max_dim"],
         "threads_identical": sum(r["bit_identical"] for r in out["rows"]),
         "threads_cells": len(out["rows"]),
     }

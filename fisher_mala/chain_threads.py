@@ -6,8 +6,10 @@ core, and a sampler's loops (NUTS trees, MALA's scan over draws) use no more whi
 arrays are small. Two executions of a compiled program started from two threads run at
 once, each on its own core. So where the chains are independent (every sampler but the
 pooled ones), :func:`sample <fisher_mala.sampling.sample>` compiles each loop for one
-group of chains and runs the groups from threads, one per core: the same program, the
-same draws whatever the timing, and the host memory of one call.
+group of chains and runs the groups from threads, one per core: one program, draws that
+do not depend on the timing, the memory of one call. It does so up to
+``fisher_mala.sampling.GROUPS_MAX_DIM`` coordinates; above, XLA spreads one program's
+larger products over the cores itself, and the groups would compete for them.
 """
 
 import os

@@ -299,11 +299,25 @@ SEQUENTIAL_MAX_DIM = 64
 #: on the costly ones, so the larger bound needs the small batch.
 SEQUENTIAL_MAX_DIM_SMALL_BATCH = 128
 SMALL_BATCH = 2
+#: Largest dimension at which the chains of one XLA:CPU device run in groups from threads
+#: (:mod:`fisher_mala.chain_threads`). Up to d = 100 the groups gave 1.3-1.9 times the min
+#: ESS per second of one program (Fisher NUTS, FisherMALA); at d = 785 (FisherMALA on
+#: mnist56, a dense R) one program was faster, its batched products already spread over
+#: the cores by XLA (``benchmarks/chain_threads.py``).
+GROUPS_MAX_DIM = 128
 
 
 def _dim(initial_positions) -> int:
     """Coordinates per chain (leading axis of every leaf is the chain)."""
     return sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
+
+
+def _groups(num_chains: int, initial_positions, mesh: Mesh | None) -> int:
+    """Groups of chains run at once from threads: on one XLA:CPU device (no mesh) up to
+    :data:`GROUPS_MAX_DIM` coordinates, else one program."""
+    if mesh is not None or _dim(initial_positions) > GROUPS_MAX_DIM:
+        return 1
+    return chain_groups(num_chains)
 
 
 def _auto_chain_method(trajectory: bool, initial_positions, mesh: Mesh | None = None) -> str:
@@ -1004,9 +1018,9 @@ def sample(
         ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` with at most ``SMALL_BATCH`` chains per
         device), else vectorized.
         Pooled samplers share one ``R`` and are always batched. On a single XLA:CPU
-        device the chains also run in groups, one per core, each group's program
-        started from its own thread (:mod:`fisher_mala.chain_threads`); the method
-        applies within each group.
+        device, up to ``GROUPS_MAX_DIM`` coordinates, the chains also run in groups, one
+        per core, each group's program started from its own thread
+        (:mod:`fisher_mala.chain_threads`); the method applies within each group.
     diagnose
         Run :func:`fm.diagnose` on the result and issue one
         :class:`~fisher_mala.checks.SamplingWarning` naming every failed check (R-hat,
@@ -1088,7 +1102,7 @@ def sample(
     )  # fmt: skip
     run = _Run(
         plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars,
-        keep, block, sink, saver, groups=chain_groups(num_chains) if mesh is None else 1,
+        keep, block, sink, saver, groups=_groups(num_chains, initial_positions, mesh),
     )  # fmt: skip
     try:
         out, (compile_seconds, warmup_seconds, sampling_seconds) = run(
