@@ -75,3 +75,14 @@ def test_pooled_chains_run_as_one_program(monkeypatch):
     monkeypatch.setattr(chain_threads.GroupedExecutable, "__init__", counted)
     result = _sample(monkeypatch, 2, "fisher_mala", jnp.float32, pooled=True)
     assert calls == [] and np.all(np.isfinite(np.asarray(result.samples)))
+
+
+def test_the_chains_are_grouped_up_to_groups_max_dim_without_a_mesh(monkeypatch):
+    """Above GROUPS_MAX_DIM XLA spreads one program's products over the cores itself."""
+    monkeypatch.setattr(sampling, "chain_groups", lambda num_chains: 2)
+    small = jnp.zeros((4, sampling.GROUPS_MAX_DIM))
+    large = {"a": jnp.zeros((4, sampling.GROUPS_MAX_DIM)), "b": jnp.zeros((4, 1))}
+    assert sampling._groups(4, small, None) == 2
+    assert sampling._groups(4, large, None) == 1
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("chain",))
+    assert sampling._groups(4, small, mesh) == 1
