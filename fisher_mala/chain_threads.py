@@ -62,6 +62,16 @@ def _pool(groups: int) -> ThreadPoolExecutor:
     return _POOL
 
 
+def _forget_pool() -> None:
+    """A forked child has none of its parent's threads: it starts a pool of its own."""
+    global _POOL
+    _POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 class GroupedExecutable:
     """``fn`` compiled for one group of chains, called on every group from threads.
 

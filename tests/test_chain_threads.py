@@ -86,3 +86,18 @@ def test_the_chains_are_grouped_up_to_groups_max_dim_without_a_mesh(monkeypatch)
     assert sampling._groups(4, large, None) == 1
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("chain",))
     assert sampling._groups(4, small, mesh) == 1
+
+
+def test_a_forked_child_starts_its_own_pool():
+    """After a fork (``os.register_at_fork``) the pool is forgotten and made anew."""
+
+    def fn(x):
+        return x * 2.0
+
+    x = jnp.arange(4.0)
+    grouped = chain_threads.GroupedExecutable(fn, (x,), 2, mapped=1)
+    np.testing.assert_array_equal(np.asarray(grouped(x)), np.asarray(x) * 2.0)
+    chain_threads._forget_pool()  # what the child runs after a fork
+    assert chain_threads._POOL is None
+    np.testing.assert_array_equal(np.asarray(grouped(x)), np.asarray(x) * 2.0)
+    assert chain_threads._POOL is not None
