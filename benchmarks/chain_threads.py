@@ -101,8 +101,8 @@ def run() -> dict:
 
 def render(out: dict) -> str:
     header = ["target", "sampler", "min ESS/s: one program", "min ESS/s: threads",
-              "ratio (medians)", "warm-up + sampling s: one program", "threads",
-              "same draws"]  # fmt: skip
+              "ratio (medians)", "warm-up + sampling s: one program",
+              "warm-up + sampling s: threads", "same draws"]  # fmt: skip
     lines = []
     for r in out["rows"]:
         one = [x["bulk_min_per_second"] for x in r["one_program"]]

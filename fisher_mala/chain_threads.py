@@ -51,14 +51,19 @@ def _join(outs):
     return jax.tree.map(join, *outs)
 
 
-#: One pool for every grouped call of the process (its threads only wait on XLA).
+#: One pool for every grouped call of the process (its threads only wait on XLA), and
+#: its number of threads.
 _POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
 
 
 def _pool(groups: int) -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None or _POOL._max_workers < groups:
-        _POOL = ThreadPoolExecutor(groups, thread_name_prefix="fisher_mala_chains")
+    global _POOL, _POOL_SIZE
+    if _POOL is None or _POOL_SIZE < groups:
+        _POOL, _POOL_SIZE = (
+            ThreadPoolExecutor(groups, thread_name_prefix="fisher_mala_chains"),
+            groups,
+        )
     return _POOL
 
 
