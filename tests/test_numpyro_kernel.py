@@ -2,7 +2,10 @@
 fm.sample_numpyro: named constrained sites (deterministic ones included), ArviZ, and the
 draws against NumPyro NUTS on the same models (z-scores)."""
 
+from functools import partial
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -186,8 +189,8 @@ def test_sample_numpyro_takes_the_models_arguments_and_feeds_loo_and_compare():
 def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch):
     """NumPyro calls ``init`` once per chain (``chain_method="sequential"``): the warm-up's
     Fisher phase is traced (and compiled) once for the four chains, not four times; the
-    model is set up twice (the first chain's initial point and functions, then one
-    compiled program that finds the other chains' points). A second run with the same
+    model is set up once (one compiled program finds every chain's initial point, and its
+    trace gives the model's functions). A second run with the same
     data (other argument containers, as ``MCMC.run(*args, **kwargs)`` makes them) reuses
     both, as NumPyro's ``MCMC`` reuses its compiled loop; other data is set up anew."""
     from fisher_mala import numpyro_kernel
@@ -210,13 +213,55 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
                 num_chains=4, chain_method="sequential", progress_bar=False)  # fmt: skip
     mcmc.run(jax.random.key(0), SIGMA, y=Y)
     assert len(traces) == 1
-    assert len(setups) == 2
+    assert len(setups) == 1
     samples = mcmc.get_samples(group_by_chain=True)["mu"]
     assert samples.shape == (4, 50) and len({float(s[0]) for s in samples}) == 4
     mcmc.run(jax.random.key(1), SIGMA, y=Y)
-    assert (len(traces), len(setups)) == (1, 2)
+    assert (len(traces), len(setups)) == (1, 1)
     mcmc.run(jax.random.key(1), SIGMA, y=Y + 1.0)
-    assert (len(traces), len(setups)) == (2, 4)
+    assert (len(traces), len(setups)) == (2, 2)
+
+
+def test_a_model_whose_set_up_holds_a_traced_value_is_set_up_as_numpyro_does():
+    """The model's functions come from the compiled finder's trace unless they hold one of
+    its values (here a support bound computed in the model): then NumPyro's eager set-up
+    gives them, and the run works with the same finder; a tracer anywhere is found."""
+    from numpyro.infer.util import initialize_model
+
+    from fisher_mala.numpyro_kernel import _holds_tracer, _initialize
+
+    def bounded(x):
+        numpyro.sample("a", dist.TruncatedNormal(0.0, 1.0, high=jnp.max(jnp.asarray(x))))
+
+    x = np.array([0.5, 1.5, 2.0])
+    kernel = fm.FisherNUTSKernel(bounded)
+    found, _ = _initialize(kernel, jax.random.key(0), None, (x,), {})
+    assert not _holds_tracer((kernel._potential_fn, kernel._postprocess_fn))
+    constrained = kernel._postprocess_fn(x)(found)["a"]  # eagerly: no tracer of a dead trace
+    assert float(constrained) < 2.0
+    expected = initialize_model(jax.random.key(0), bounded, model_args=(x,)).param_info.z
+    np.testing.assert_array_equal(np.asarray(found["a"]), np.asarray(expected["a"]))
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=20, num_chains=2,
+                chain_method="sequential", progress_bar=False)  # fmt: skip
+    with pytest.warns(fm.SamplingWarning):  # a warm-up too short to learn R
+        mcmc.run(jax.random.key(1), x)
+    assert np.all(np.asarray(mcmc.get_samples()["a"]) < 2.0)
+    held = []
+    jax.jit(lambda v: held.append({"f": partial(max, [v])}) or v)(1.0)
+    assert _holds_tracer(held) and not _holds_tracer([{"f": partial(max, [1.0])}])
+
+
+def test_a_model_without_a_valid_start_says_so_before_sampling():
+    """A log density that is nowhere finite: the compiled set-up raises as NumPyro's eager
+    one does, naming the way out."""
+
+    def nowhere(x):
+        a = numpyro.sample("a", dist.Normal(0.0, 1.0))
+        numpyro.factor("never", jnp.where(a > -jnp.inf, -jnp.inf, 0.0))
+
+    kernel = fm.FisherNUTSKernel(nowhere)
+    with pytest.raises(RuntimeError, match="init_params"):
+        kernel.init(jax.random.key(0), 100, None, (1.0,), {})
 
 
 def test_fisher_mala_kernel_compiles_its_start_once_for_all_chains(monkeypatch):
