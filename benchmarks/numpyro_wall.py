@@ -5,6 +5,8 @@
     python -m benchmarks.numpyro_wall --render   # the table only
     python -m benchmarks.numpyro_wall --cell gp_latent fisher_nuts 4 --set metric=diagonal
     python -m benchmarks.numpyro_wall --cell count fisher_nuts 1 --again   # a second run
+    python -m benchmarks.numpyro_wall --cell logistic nuts 4 --fresh   # not cached, printed
+    python -m benchmarks.numpyro_wall --setup     # the kernels' model set-up, two ways
 
 Three models (a hierarchical negative-binomial count model, a logistic regression, a
 latent Gaussian-process Poisson model; synthetic data, fixed seeds), float64, 1000
@@ -103,13 +105,15 @@ def _path(model_name: str, kernel_name: str, chains: int, seed: int = 0) -> Path
 
 
 def cell(
-    model_name: str, kernel_name: str, chains: int, options=None, seed: int = 0, again=False
+    model_name: str, kernel_name: str, chains: int, options=None, seed: int = 0, again=False,
+    fresh=False,
 ) -> dict:
-    """One cell (cached), or with ``options`` for the Fisher kernel: printed, not cached.
-    ``again``: then a second ``MCMC.run`` on the same data (key ``seed + 1``), its seconds
-    printed (not cached): what a user's next run costs once the first has compiled."""
+    """One cell (cached), or with ``options`` for the Fisher kernel or ``fresh``: printed,
+    not cached. ``again``: then a second ``MCMC.run`` on the same data (key ``seed + 1``),
+    its seconds printed (not cached): what a user's next run costs once the first has
+    compiled."""
     path = _path(model_name, kernel_name, chains, seed)
-    if path.exists() and not options and not again:
+    if path.exists() and not options and not again and not fresh:
         return json.loads(path.read_text())
     from numpyro.infer import MCMC, NUTS
 
@@ -159,8 +163,8 @@ def cell(
         "min_ess": float(np.nanmin(ess)),
         "ess_per_second": float(np.nanmin(ess)) / seconds,
     }
-    if options:
-        print({**out, "options": options}, flush=True)
+    if options or fresh:
+        print({**out, "options": options or {}}, flush=True)
         return out
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
@@ -199,6 +203,55 @@ def _median_cell(model: str, kernel: str, chains: int):
         return None
     seconds = float(np.median([r["seconds"] for r in runs]))
     return seconds, float(np.median([r["min_ess"] for r in runs])), runs
+
+
+#: The ways a kernel can set a model up for the chains of a run (:func:`setup_seconds`).
+SETUP_WAYS = ("eager_then_finder", "kernel")
+
+
+def setup_seconds(model_name: str, way: str) -> str:
+    """Seconds to set ``model_name`` up for a first chain and then a second, by the clock,
+    in this process (run each way in its own: nothing compiled by the other). ``way``:
+    ``"eager_then_finder"``, NumPyro's ``initialize_model`` with a batch of one key (as
+    ``MCMC`` does for NUTS, there with one key) and then the compiled program that finds
+    further chains' points, the kernels' set-up before it used that program's trace;
+    ``"kernel"``, ``fm.FisherNUTSKernel``'s set-up (``numpyro_kernel._initialize``)."""
+    from numpyro.infer import init_to_uniform
+    from numpyro.infer.util import initialize_model
+
+    import fisher_mala as fm
+    from fisher_mala.numpyro_kernel import _initialize
+
+    model, args, kwargs = _models()[model_name]
+    kernel = fm.FisherNUTSKernel(model)
+    keys = jax.random.split(jax.random.key(0))
+
+    def initialize(keys):
+        return initialize_model(keys, model, dynamic_args=True, init_strategy=init_to_uniform,
+                                model_args=args, model_kwargs=kwargs)  # fmt: skip
+
+    finder = jax.jit(lambda keys: initialize(keys).param_info)
+    first = {"eager_then_finder": lambda: initialize(keys[0][None]).param_info,
+             "kernel": lambda: _initialize(kernel, keys[0], None, args, kwargs)}[way]  # fmt: skip
+    second = {"eager_then_finder": lambda: finder(keys[1][None]),
+              "kernel": lambda: _initialize(kernel, keys[1], None, args, kwargs)}[way]  # fmt: skip
+    seconds = []
+    for part in (first, second):
+        start = time.perf_counter()
+        jax.block_until_ready(part())
+        seconds.append(time.perf_counter() - start)
+    return f"{model_name} {way}: first chain {seconds[0]:.2f} s, second {seconds[1]:.2f} s"
+
+
+def setup_table() -> str:
+    """:func:`setup_seconds` for every model and way, each in a fresh process."""
+    lines = []
+    for model in ("count", "logistic", "gp_latent"):
+        for way in SETUP_WAYS:
+            command = [sys.executable, "-m", "benchmarks.numpyro_wall", "--setup", f"{model}:{way}"]
+            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            lines.append(out.strip().splitlines()[-1])
+    return "\n".join(lines)
 
 
 def render() -> str:
@@ -260,6 +313,10 @@ def main(argv=None) -> None:
     parser.add_argument("--suggest", metavar="MODEL", help="print the warmer warm-up's length")
     parser.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
                         help="with --cell: a kernel option (a string), not cached")  # fmt: skip
+    parser.add_argument("--fresh", action="store_true",
+                        help="with --cell: run it even where cached, print it, cache nothing")
+    parser.add_argument("--setup", nargs="?", const="all", metavar="MODEL:WAY",
+                        help="the seconds of the kernels' model set-up (see setup_seconds)")
     parser.add_argument("--again", action="store_true",
                         help="with --cell: time a second run on the same data")  # fmt: skip
     args = parser.parse_args(argv)
@@ -271,7 +328,11 @@ def main(argv=None) -> None:
         model, kernel, chains = args.cell
         options = dict(option.split("=", 1) for option in args.set)
         with jax.enable_x64(True):
-            cell(model, kernel, int(chains), options, args.seed, args.again)
+            cell(model, kernel, int(chains), options, args.seed, args.again, args.fresh)
+        return
+    if args.setup:
+        with jax.enable_x64(True):
+            print(setup_table() if args.setup == "all" else setup_seconds(*args.setup.split(":")))
         return
     if not args.render:
         for seed in SEEDS:
