@@ -106,7 +106,9 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     cached = getattr(kernel, "_initializations", {}).get(cache_key)
     concrete = validation.is_concrete((rng_key, model_args, model_kwargs))
     if cached is None and concrete and cache_key is not None:  # not under NumPyro's jit
-        finder, found, functions = _compiled_initialization(initialize, kernel._model, rng_key)
+        finder, found, functions = _compiled_initialization(
+            initialize, kernel._model, rng_key[None]
+        )
         if functions is None:  # as NumPyro sets the model up (one more search)
             _, *functions, _ = initialize(rng_key[None])
         potential_gen, kernel._postprocess_fn = functions
@@ -119,31 +121,36 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     else:
         _, _, kernel._potential_fn, kernel._postprocess_fn, finder = cached
         found = finder(rng_key[None])
+    if concrete:
+        _check_found(found)
     z, potential_energy, z_grad = jax.tree.map(lambda x: x[0], tuple(found))
-    if concrete and not all(
-        bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves((potential_energy, z_grad))
-    ):  # what NumPyro's eager set-up says (its compiled one cannot raise)
-        raise RuntimeError(
-            "Cannot find valid initial parameters: the model's log density or its gradient "
-            "is not finite at any point NumPyro's init strategy tried. Check the model, or "
-            "start it from `init_params` inside its support."
-        )
     if init_params is None:  # log pi = -potential energy: its value and gradient negated
         return z, (-potential_energy, jax.tree.map(jnp.negative, z_grad))
     return _checked_init_params(kernel, init_params, z), None
 
 
-def _compiled_initialization(initialize, model, rng_key):
-    """``(finder, found, functions)``: ``finder`` the compiled program that finds a batch
-    of keys' initial points (``found``: the first chain's, of ``rng_key``), and the
-    model's ``(potential_gen, postprocess_fn)`` as its trace built them; ``functions`` is
-    None when they hold a value of that trace (a support bound or a ``param`` site
-    computed in the model: the caller then sets the model up eagerly, as NumPyro does).
+def _check_found(found) -> None:
+    """What NumPyro's eager ``initialize_model`` checks (its compiled one cannot raise):
+    a finite potential energy and gradient at every chain's initial point ``found``."""
+    if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tuple(found)[1:])):
+        raise RuntimeError(
+            "Cannot find valid initial parameters: the model's log density or its gradient "
+            "is not finite at any point NumPyro's init strategy tried. Check the model, or "
+            "start it from `init_params` inside its support."
+        )
 
-    NumPyro's eager set-up with one key runs the model op by op and its search for a valid
-    point in a loop of its own, both compiled once more by the finder the other chains
-    use: on the benchmark's logistic regression 1.07 s and then 0.45 s, against 0.59 s for
-    the finder alone (``benchmarks/numpyro_wall.py``'s models)."""
+
+def _compiled_initialization(initialize, model, keys):
+    """``(finder, found, functions)``: ``finder`` the compiled program that finds the
+    initial points of a batch of keys (``found``: those of ``keys``), and the model's
+    ``(potential_fn, postprocess_fn)`` as ``initialize`` (``initialize_model`` on the
+    model) built them in its trace; ``functions`` is None when they hold a value of that
+    trace (a support bound or a ``param`` site computed in the model: the caller then sets
+    the model up eagerly, as NumPyro does).
+
+    NumPyro's eager set-up runs the model op by op (each operation compiled on its own)
+    before its search, and a later chain's compiled finder traces the model again: one
+    compiled program for both costs less (``python -m benchmarks.numpyro_wall --setup``)."""
     functions = []
 
     def find(keys):
@@ -152,7 +159,7 @@ def _compiled_initialization(initialize, model, rng_key):
         return info.param_info
 
     finder = jax.jit(find)
-    found = finder(rng_key[None])
+    found = finder(keys)
     return finder, found, None if _holds_tracer(functions, stop_at=model) else tuple(functions)
 
 
@@ -601,17 +608,22 @@ def sample_numpyro(
         raise ValueError(f"`num_chains` must be an integer >= 1, got {num_chains!r}.")
     model_kwargs, options = _split_kwargs(model, options, model_kwargs)
     key_init, key_run = jax.random.split(rng_key)
-    # A batch of keys: NumPyro finds every chain's initial point in one compiled loop
-    # (one key runs the model op by op, each operation compiled on its own: seconds).
-    init = initialize_model(
-        jax.random.split(key_init, num_chains),
-        model,
-        model_args=model_args,
-        model_kwargs=model_kwargs,
-        dynamic_args=False,
-    )
-    positions = init.param_info.z
-    potential_fn, postprocess = init.potential_fn, init.postprocess_fn
+    # One compiled program finds every chain's initial point (NumPyro's eager set-up runs
+    # the model op by op first, each operation compiled on its own: seconds), and its
+    # trace gives the model's functions (see `_compiled_initialization`).
+    keys = jax.random.split(key_init, num_chains)
+
+    def initialize(keys):
+        return initialize_model(
+            keys, model, model_args=model_args, model_kwargs=model_kwargs, dynamic_args=False
+        )
+
+    _, found, functions = _compiled_initialization(initialize, model, keys)
+    if functions is None:  # as NumPyro sets the model up (one more search)
+        _, *functions, _ = initialize(keys)
+    _check_found(found)
+    positions = found.z
+    potential_fn, postprocess = functions
 
     def logdensity(z):
         return -potential_fn(z)

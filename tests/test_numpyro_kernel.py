@@ -246,6 +246,9 @@ def test_a_model_whose_set_up_holds_a_traced_value_is_set_up_as_numpyro_does():
     with pytest.warns(fm.SamplingWarning):  # a warm-up too short to learn R
         mcmc.run(jax.random.key(1), x)
     assert np.all(np.asarray(mcmc.get_samples()["a"]) < 2.0)
+    result = fm.sample_numpyro(jax.random.key(2), bounded, x, num_chains=2, num_warmup=200,
+                               num_samples=50, diagnose=False)  # fmt: skip
+    assert result.samples["a"].shape == (2, 50) and np.all(np.asarray(result.samples["a"]) < 2)
     held = []
     jax.jit(lambda v: held.append({"f": partial(max, [v])}) or v)(1.0)
     assert _holds_tracer(held) and not _holds_tracer([{"f": partial(max, [1.0])}])
