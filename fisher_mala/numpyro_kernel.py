@@ -556,15 +556,13 @@ def _split_kwargs(model: Callable, options: dict, model_kwargs: dict | None):
 
 
 def _pointwise_log_likelihood(model, samples, model_args, model_kwargs) -> dict:
-    """``{observed site: (chains, draws, *shape)}``, one chain at a time (bounded memory)."""
+    """``{observed site: (chains, draws, *shape)}``, one draw at a time (bounded memory),
+    every draw of every chain in one compiled loop (a loop per chain compiles once per
+    chain)."""
     from numpyro.infer import log_likelihood
 
-    def of_chain(c):
-        draws = jax.tree.map(lambda x: x[c], samples)
-        return log_likelihood(model, draws, *model_args, **model_kwargs)
-
-    per_chain = [of_chain(c) for c in range(jax.tree.leaves(samples)[0].shape[0])]
-    return {k: np.stack([np.asarray(p[k]) for p in per_chain]) for k in per_chain[0]}
+    out = log_likelihood(model, samples, *model_args, batch_ndims=2, **model_kwargs)
+    return {site: np.asarray(value) for site, value in out.items()}
 
 
 def sample_numpyro(
