@@ -636,7 +636,8 @@ def sample_numpyro(
             num_samples=num_samples,
             **options,
         )
-    constrained = jax.vmap(jax.vmap(postprocess))(result.samples)
+    # compiled: a model with deterministic sites is replayed, op by op when eager
+    constrained = jax.jit(jax.vmap(jax.vmap(postprocess)))(result.samples)
     pointwise = None
     if log_likelihood:
         pointwise = _pointwise_log_likelihood(model, constrained, model_args, model_kwargs)
