@@ -222,6 +222,8 @@ def setup_seconds(model_name: str, way: str) -> str:
     import fisher_mala as fm
     from fisher_mala.numpyro_kernel import _initialize
 
+    if way not in SETUP_WAYS:
+        raise ValueError(f"`way` must be one of {SETUP_WAYS}, got {way!r}.")
     model, args, kwargs = _models()[model_name]
     kernel = fm.FisherNUTSKernel(model)
     keys = jax.random.split(jax.random.key(0))
@@ -230,13 +232,13 @@ def setup_seconds(model_name: str, way: str) -> str:
         return initialize_model(keys, model, dynamic_args=True, init_strategy=init_to_uniform,
                                 model_args=args, model_kwargs=kwargs)  # fmt: skip
 
-    finder = jax.jit(lambda keys: initialize(keys).param_info)
-    first = {"eager_then_finder": lambda: initialize(keys[0][None]).param_info,
-             "kernel": lambda: _initialize(kernel, keys[0], None, args, kwargs)}[way]  # fmt: skip
-    second = {"eager_then_finder": lambda: finder(keys[1][None]),
-              "kernel": lambda: _initialize(kernel, keys[1], None, args, kwargs)}[way]  # fmt: skip
+    if way == "kernel":
+        parts = [lambda key=key: _initialize(kernel, key, None, args, kwargs) for key in keys]
+    else:
+        finder = jax.jit(lambda keys: initialize(keys).param_info)
+        parts = [lambda: initialize(keys[0][None]).param_info, lambda: finder(keys[1][None])]
     seconds = []
-    for part in (first, second):
+    for part in parts:
         start = time.perf_counter()
         jax.block_until_ready(part())
         seconds.append(time.perf_counter() - start)

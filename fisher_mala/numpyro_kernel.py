@@ -132,7 +132,8 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
 def _check_found(found) -> None:
     """What NumPyro's eager ``initialize_model`` checks (its compiled one cannot raise):
     a finite potential energy and gradient at every chain's initial point ``found``."""
-    if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tuple(found)[1:])):
+    # on the host: NumPy compiles nothing (each eager jnp operation would)
+    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(tuple(found)[1:])):
         raise RuntimeError(
             "Cannot find valid initial parameters: the model's log density or its gradient "
             "is not finite at any point NumPyro's init strategy tried. Check the model, or "
