@@ -46,10 +46,11 @@ class RobustUTurnState(NamedTuple):
     Attributes
     ----------
     momentum, momentum_sum
-        ``(max_doublings, d)``: the momentum of each checkpoint's state and the subtree's
-        momentum sum up to it (included).
+        ``(max_doublings + 1, d)``: the momentum of each checkpoint's state and the
+        subtree's momentum sum up to it (included); the last row is a spare that the steps
+        which store no checkpoint write to (never read).
     previous_momentum
-        ``(max_doublings, d)``: the momentum of the state just before each checkpoint.
+        ``(max_doublings + 1, d)``: the momentum of the state just before each checkpoint.
     last_momentum
         ``(d,)``: the momentum of the latest state (the next checkpoint's previous one).
     idx_min, idx_max
@@ -82,7 +83,7 @@ def robust_iterative_uturn(is_turning: Callable, robust: bool = True):
 
     def new_state(chain_state, max_num_doublings) -> RobustUTurnState:
         flat, _ = ravel_pytree(chain_state.position)
-        rows = jnp.zeros((max_num_doublings, flat.shape[0]), flat.dtype)
+        rows = jnp.zeros((max_num_doublings + 1, flat.shape[0]), flat.dtype)  # + the spare
         zero = jnp.zeros((), jnp.int32)
         return RobustUTurnState(rows, rows, rows, jnp.zeros_like(flat), zero, zero)
 
@@ -91,15 +92,23 @@ def robust_iterative_uturn(is_turning: Callable, robust: bool = True):
         r = ravel_pytree(momentum)[0]
         r_sum = ravel_pytree(momentum_sum)[0]
 
-        def store(c):
-            return c._replace(
-                momentum=c.momentum.at[idx_max].set(r),
-                momentum_sum=c.momentum_sum.at[idx_max].set(r_sum),
-                previous_momentum=c.previous_momentum.at[idx_max].set(c.last_momentum),
-            )
+        # An even step stores a checkpoint; an odd one writes to the spare last row, which
+        # is never read: one row written either way, no branch (under ``vmap`` a branch
+        # would select between two copies of every row).
+        row = jnp.where(step % 2 == 0, idx_max, checkpoints.momentum.shape[0] - 1)
 
-        checkpoints = jax.lax.cond(step % 2 == 0, store, lambda c: c, checkpoints)
-        return checkpoints._replace(last_momentum=r, idx_min=idx_min, idx_max=idx_max)
+        def store(rows, value):
+            return rows.at[row].set(value)
+
+        c = checkpoints
+        return c._replace(
+            momentum=store(c.momentum, r),
+            momentum_sum=store(c.momentum_sum, r_sum),
+            previous_momentum=store(c.previous_momentum, c.last_momentum),
+            last_momentum=r,
+            idx_min=idx_min,
+            idx_max=idx_max,
+        )
 
     def is_turning_now(checkpoints: RobustUTurnState, momentum_sum, momentum):
         r = ravel_pytree(momentum)[0]
