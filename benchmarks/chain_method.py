@@ -2,12 +2,20 @@
 
     python -m benchmarks.chain_method        # writes results/chain_method.json
     python -m benchmarks.chain_method --targets arK --devices 2   # redo those rows only
+    python -m benchmarks.chain_method --large   # d >= 1000: results/chain_method_large.md
 
 A batch of NUTS trees waits for its longest tree, while a sequential loop cannot use the
 batched matrix products: which wins depends on the target. Two repetitions of each, same
 protocol as the race (4 chains, 5000 warm-up iterations, 5000 draws, min bulk ESS per
 second of warm-up plus sampling), on one XLA:CPU device and on two (``fm.sample`` splits
 the chains over them, each device on its own core; one process per device count).
+
+``--large``: the low-rank race's targets of ``d >= 1000`` (``benchmarks.low_rank_race``),
+Fisher NUTS with ``rank=8``, float64, 4 chains on one device, 1500 warm-up iterations
+(no stopping rule) and 500 draws, each method once: the sampling phase's time per
+gradient, the warm-up's seconds, and which method ``chain_method="auto"`` picks from the
+bytes of data the chains share (``fisher_mala.sampling.SHARED_BYTES_FOR_BATCH``). Cells
+cached in ``results/chain_method_large/``; the table in ``results/chain_method_large.md``.
 """
 
 import argparse
@@ -70,12 +78,80 @@ def rows_for_this_process(targets) -> list[dict]:
     return rows
 
 
+LARGE = OUT.parent / "chain_method_large"
+LARGE_TARGETS = ("gaussian_lowrank", "hierarchical_logistic", "latent_gp_poisson",
+                 "gaussian_lowrank_10k")  # fmt: skip
+
+
+def large_cell(name: str, method: str) -> dict:
+    """One ``--large`` cell (cached)."""
+    path = LARGE / f"{name}_{method}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import fisher_mala as fm
+    from benchmarks import low_rank_race
+    from fisher_mala import sampling
+
+    with jax.enable_x64(True):
+        target = low_rank_race.TARGETS[name]()
+        x0 = jax.random.normal(jax.random.key(0), (4, target.dim), jnp.float64) * 0.1
+        shared = sampling._shared_bytes(target.logdensity_fn, x0)
+        r = fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
+                      num_warmup=1500, num_samples=500, rank=8, stopping_rule=False,
+                      chain_method=method, diagnose=False)  # fmt: skip
+        grads = int(np.sum(r.sample_stats["num_grad_evals"]))
+        ess = float(np.nanmin(fm.ess(np.asarray(r.samples, np.float64), method="bulk")))
+        cell = {
+            "target": name, "dim": target.dim, "chain_method": method,
+            "shared_mb": shared / 2**20,
+            "auto": sampling._auto_chain_method(True, x0, None, lambda: shared),
+            "sampling_us_per_gradient": r.sampling_seconds / grads * 1e6,
+            "warmup_seconds": r.warmup_seconds, "compile_seconds": r.compile_seconds,
+            "bulk_min": ess, "bulk_min_per_second": ess / (r.warmup_seconds + r.sampling_seconds),
+        }  # fmt: skip
+    LARGE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cell, indent=1))
+    print(cell, flush=True)
+    return cell
+
+
+def run_large() -> str:
+    """Every ``--large`` cell, then the table (markdown)."""
+    from benchmarks import templating
+
+    rows = []
+    for name in LARGE_TARGETS:
+        cells = {m: large_cell(name, m) for m in ("vectorized", "sequential")}
+        vec, seq = cells["vectorized"], cells["sequential"]
+        rows.append([
+            f"`{name}`", vec["dim"], f"{vec['shared_mb']:.2f}",
+            f"{vec['sampling_us_per_gradient']:.0f} / {seq['sampling_us_per_gradient']:.0f}",
+            f"{vec['sampling_us_per_gradient'] / seq['sampling_us_per_gradient']:.2f}",
+            f"{vec['warmup_seconds']:.1f} / {seq['warmup_seconds']:.1f}",
+            f"{vec['bulk_min_per_second']:.1f} / {seq['bulk_min_per_second']:.1f}", vec["auto"],
+        ])  # fmt: skip
+    text = templating.table(
+        ["target", "d", "shared data (MB)", "µs per gradient, vectorized / sequential",
+         "vectorized over sequential", "warm-up s (same order)", "min ESS/s (same order)",
+         "`auto` picks"], rows)  # fmt: skip
+    (OUT.parent / "chain_method_large.md").write_text(text + "\n")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default=",".join(name for name, _ in CELLS))
     parser.add_argument("--devices", default=",".join(map(str, DEVICES)))
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a child's output
+    parser.add_argument("--large", action="store_true", help="the d >= 1000 cells")
     args = parser.parse_args()
+    if args.large:
+        print(run_large())
+        return
     targets = args.targets.split(",")
     if args.part is not None:  # a child: one device count
         args.part.write_text(json.dumps(rows_for_this_process(targets)))

@@ -48,8 +48,9 @@ Targets (synthetic, fixed seeds):
   baseline: ``d = 1001``, the posterior the identity plus a stiff part of rank about 8;
 * ``hierarchical_logistic_10k``: the same with 10 000 groups, ``d = 10 005`` (no dense
   ``R`` there: :data:`DENSE_MAX_DIM`);
-* ``gaussian_lowrank_10k``: ``gaussian_lowrank`` with ``d = 10 000`` (the same spectrum
-  of the rank-8 part, the same diagonal's range).
+* ``gaussian_lowrank_10k``, ``gaussian_lowrank_100k``: ``gaussian_lowrank`` with
+  ``d = 10 000`` and ``d = 100 000`` (the same spectrum of the rank-8 part, the same
+  diagonal's range).
 
 Cells cached in ``benchmarks/results/low_rank_race/<target>/<sampler>.json``; the table in
 ``benchmarks/results/low_rank_race.md``.
@@ -186,10 +187,15 @@ def gaussian_lowrank_10k():
     return gaussian_lowrank(10_000, name="gaussian_lowrank_10k")
 
 
+def gaussian_lowrank_100k():
+    return gaussian_lowrank(100_000, name="gaussian_lowrank_100k")
+
+
 TARGETS = {"gaussian_lowrank": gaussian_lowrank, "hierarchical_logistic": hierarchical_logistic,
            "latent_gp_poisson": latent_gp_poisson,
            "hierarchical_logistic_10k": hierarchical_logistic_10k,
-           "gaussian_lowrank_10k": gaussian_lowrank_10k}  # fmt: skip
+           "gaussian_lowrank_10k": gaussian_lowrank_10k,
+           "gaussian_lowrank_100k": gaussian_lowrank_100k}  # fmt: skip
 #: Above this ``d`` the dense ``R`` (and the rank-8 learner's long warm-up) are not run: a
 #: leapfrog step's two ``d x d`` products alone (2 10^8 flops at d = 10^4) would take the
 #: cell hours on this machine's 2 cores.

@@ -40,7 +40,13 @@ import numpy as np
 import fisher_mala as fm
 from benchmarks import cells, metric_choice, stopping_rule, templating
 from benchmarks.race_setup import FULL_PROTOCOL, POSTERIORDB, RESULTS, TARGETS, race_start
-from fisher_mala.sampling import _auto_chain_method, _chain_mesh, _shard, map_over_chains
+from fisher_mala.sampling import (
+    _auto_chain_method,
+    _chain_mesh,
+    _shard,
+    _shared_bytes,
+    map_over_chains,
+)
 from fisher_mala.sampling import _compile_and_run as _compile_run
 from fisher_mala.whitened_hmc import NUTS_TARGET_ACCEPTANCE
 from fisher_mala.whitened_warmup import FISHER_NUTS_DAMPING as DAMPING
@@ -93,7 +99,9 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
     # The same placement as fm.sample's Fisher NUTS: chains split over the devices, one
     # after the other on each device in small dimension.
     mesh = _chain_mesh(positions.shape[0], None)
-    method = _auto_chain_method(True, positions, mesh)  # a trajectory sampler
+    method = _auto_chain_method(  # a trajectory sampler
+        True, positions, mesh, lambda: _shared_bytes(logdensity, positions)
+    )
     keys, positions = _shard((keys, positions), mesh)
 
     def chains(fn, *args):

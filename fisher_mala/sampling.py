@@ -299,6 +299,19 @@ SEQUENTIAL_MAX_DIM = 64
 #: on the costly ones, so the larger bound needs the small batch.
 SEQUENTIAL_MAX_DIM_SMALL_BATCH = 128
 SMALL_BATCH = 2
+#: Above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` coordinates, ``chain_method="auto"`` runs NUTS
+#: and HMC on a CPU one chain after the other unless the log density reads at least this
+#: many bytes of arrays that every chain shares (its captured constants and ``data``): a
+#: batch of chains reads those once per leapfrog step, one chain at a time once per chain.
+#: Below, the batch's own cost wins: its while loops select every carried vector and
+#: checkpoint row of every chain at every step (Fisher NUTS with ``rank=8``: 6.7, 2.2 and
+#: 1.6 times the time per gradient of one chain at a time on a diagonal-plus-low-rank
+#: Gaussian at d = 1000, a hierarchical logistic regression at d = 1005 with 0.3 MB of
+#: data, the Gaussian at d = 10 000; 0.42 times on a latent Gaussian process whose log
+#: density multiplies by an 8 MB constant: ``benchmarks/chain_method.py --large``). The
+#: bound is where reading the data three times more (four chains) costs about the batch's
+#: extra 70 µs per chain and step at 25 GB/s.
+SHARED_BYTES_FOR_BATCH = 2 << 20
 #: Largest dimension at which the chains of one XLA:CPU device run in groups from threads
 #: (:mod:`fisher_mala.chain_threads`). Up to d = 100 the groups gave 1.3-1.9 times the min
 #: ESS per second of one program (Fisher NUTS, FisherMALA); at d = 785 (FisherMALA on
@@ -320,8 +333,22 @@ def _groups(num_chains: int, initial_positions, mesh: Mesh | None) -> int:
     return chain_groups(num_chains)
 
 
-def _auto_chain_method(trajectory: bool, initial_positions, mesh: Mesh | None = None) -> str:
-    """``"sequential"`` for NUTS / HMC (``trajectory``) on a CPU in small dimension, else
+def _shared_bytes(logdensity_fn, initial_positions, data=None) -> int:
+    """Bytes of the arrays every chain's log density reads alike: the constants its trace
+    captures (data closed over) and ``data`` (one trace of one chain's log density)."""
+    position = jax.tree.map(lambda x: x[0], initial_positions)
+    args = (position,) if data is None else (position, data)  # data an argument, not a const
+    consts = jax.make_jaxpr(logdensity_fn)(*args).consts
+    arrays = [c for c in consts if hasattr(c, "dtype")] + jax.tree.leaves(data)
+    return sum(int(np.size(a)) * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+def _auto_chain_method(
+    trajectory: bool, initial_positions, mesh: Mesh | None = None, shared=lambda: 0
+) -> str:
+    """``"sequential"`` for NUTS / HMC (``trajectory``) on a CPU in small dimension, or
+    above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` when the chains share fewer than
+    ``SHARED_BYTES_FOR_BATCH`` bytes of data (``shared()``, called only then), else
     ``"vectorized"``. ``mesh`` is the chain placement (:func:`_chain_mesh`): it gives the
     chains per device.
     """
@@ -332,7 +359,11 @@ def _auto_chain_method(trajectory: bool, initial_positions, mesh: Mesh | None = 
     num_chains = int(jnp.shape(jax.tree.leaves(initial_positions)[0])[0])
     per_device = num_chains // (mesh.shape["chain"] if mesh is not None else 1)
     bound = SEQUENTIAL_MAX_DIM_SMALL_BATCH if per_device <= SMALL_BATCH else SEQUENTIAL_MAX_DIM
-    return "sequential" if dim <= bound else "vectorized"
+    if dim <= bound:
+        return "sequential"
+    if dim > SEQUENTIAL_MAX_DIM_SMALL_BATCH and shared() < SHARED_BYTES_FOR_BATCH:
+        return "sequential"
+    return "vectorized"
 
 
 def map_over_chains(
@@ -1013,10 +1044,13 @@ def sample(
         and each device runs its share with no communication. ``"vectorized"``: batched
         (``jax.vmap``). ``"sequential"``: one after the other in one compiled loop
         (``jax.lax.map``); faster for NUTS and HMC on a CPU in small dimension, where a
-        batch of trees waits for its longest one. ``"auto"`` (default): sequential for
-        NUTS and HMC on a CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates (up to
+        batch of trees waits for its longest one, and in large dimension unless the
+        chains share much data. ``"auto"`` (default): sequential for NUTS and HMC on a
+        CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates (up to
         ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` with at most ``SMALL_BATCH`` chains per
-        device), else vectorized.
+        device), and above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` where the log density's
+        captured arrays and ``data`` hold under ``SHARED_BYTES_FOR_BATCH`` bytes; else
+        vectorized.
         Pooled samplers share one ``R`` and are always batched. On a single XLA:CPU
         device, up to ``GROUPS_MAX_DIM`` coordinates, the chains also run in groups, one
         per core, each group's program started from its own thread
@@ -1084,7 +1118,10 @@ def sample(
     keys = jax.random.split(rng_key, num_chains)
     user_mesh, mesh = mesh, _chain_mesh(num_chains, mesh)
     if chain_method == "auto":
-        chain_method = _auto_chain_method(plan.spec.trajectory, initial_positions, mesh)
+        chain_method = _auto_chain_method(
+            plan.spec.trajectory, initial_positions, mesh,
+            lambda: _shared_bytes(logdensity_fn, initial_positions, data),
+        )  # fmt: skip
     devices = [str(d) for d in (mesh.devices.flat if mesh is not None else jax.devices()[:1])]
     keys, initial_positions = _shard((keys, initial_positions), mesh)
     num_draws = num_samples // thinning

@@ -308,20 +308,60 @@ def test_sequential_chains_give_the_vectorized_draws(x64):
 def test_auto_chain_method_follows_dimension_and_chains_per_device():
     from fisher_mala import sampling
 
-    def method(name, dim, chains, devices=1):
+    def method(name, dim, chains, devices=1, shared=0):
         mesh = None
         if devices > 1:  # only its "chain" axis size is read
             mesh = types.SimpleNamespace(shape={"chain": devices})
         trajectory = fm.registry.get(name).trajectory
-        return sampling._auto_chain_method(trajectory, jnp.zeros((chains, dim)), mesh)
+        x0 = jnp.zeros((chains, dim))
+        return sampling._auto_chain_method(trajectory, x0, mesh, lambda: shared)
 
     small, mid = sampling.SEQUENTIAL_MAX_DIM, sampling.SEQUENTIAL_MAX_DIM_SMALL_BATCH
     assert method("fisher_nuts", small, 4) == "sequential"
     assert method("fisher_nuts", small + 1, 4) == "vectorized"  # four chains on one device
     assert method("fisher_hmc", mid, 4, devices=2) == "sequential"  # two per device
     assert method("fisher_nuts", mid, 2) == "sequential"
-    assert method("fisher_nuts", mid + 1, 4, devices=2) == "vectorized"
+    data = sampling.SHARED_BYTES_FOR_BATCH  # above `mid`, batched for shared data only
+    assert method("fisher_nuts", mid + 1, 4, devices=2, shared=data) == "vectorized"
+    assert method("fisher_nuts", mid + 1, 4, devices=2) == "sequential"
     assert method("fisher_mala", 3, 4) == "vectorized"  # one gradient per step: batch
+
+
+def test_auto_chain_method_batches_large_dimensions_only_for_shared_data():
+    """Above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH``, NUTS and HMC on a CPU run one chain after
+    the other unless the log density reads ``SHARED_BYTES_FOR_BATCH`` bytes of captured
+    arrays or ``data`` (which a batch of chains reads once per step)."""
+    from fisher_mala import sampling
+
+    dim = sampling.SEQUENTIAL_MAX_DIM_SMALL_BATCH + 1
+    x0 = jnp.zeros((4, dim))
+    big = np.ones(sampling.SHARED_BYTES_FOR_BATCH // 4 + 1, np.float32)  # just over the bound
+    small = np.ones(1000, np.float32)
+
+    def with_constant(constant):
+        return lambda x: -0.5 * jnp.sum(x**2) + 0.0 * jnp.sum(jnp.asarray(constant))
+
+    def plain(x):
+        return -0.5 * jnp.sum(x**2)
+
+    def with_data(x, data):
+        return -0.5 * jnp.sum(x**2) + 0.0 * jnp.sum(data)
+
+    assert sampling._shared_bytes(plain, x0) == 0
+    assert sampling._shared_bytes(with_constant(big), x0) == big.nbytes
+    assert sampling._shared_bytes(with_data, x0, jnp.asarray(small)) == small.nbytes
+
+    def method(logdensity, data=None, trajectory=True):
+        shared = lambda: sampling._shared_bytes(logdensity, x0, data)  # noqa: E731
+        return sampling._auto_chain_method(trajectory, x0, None, shared)
+
+    assert method(plain) == "sequential"
+    assert method(with_constant(small)) == "sequential"
+    assert method(with_constant(big)) == "vectorized"
+    assert method(with_data, jnp.asarray(big)) == "vectorized"
+    assert method(plain, trajectory=False) == "vectorized"  # MALA: one gradient per step
+    # at most the small-batch bound, the dimension alone decides (no trace of the density)
+    assert sampling._auto_chain_method(True, x0[:, :-1], None, lambda: 1 / 0) == "vectorized"
 
 
 def test_starts_checked_by_the_caller_skip_only_the_compiled_evaluation():
