@@ -128,7 +128,7 @@ def run_large() -> str:
         cells = {m: large_cell(name, m) for m in ("vectorized", "sequential")}
         vec, seq = cells["vectorized"], cells["sequential"]
         rows.append([
-            f"`{name}`", vec["dim"], f"{vec['shared_mb']:.2f}",
+            name, vec["dim"], f"{vec['shared_mb']:.2f}",
             f"{vec['sampling_us_per_gradient']:.0f} / {seq['sampling_us_per_gradient']:.0f}",
             f"{vec['sampling_us_per_gradient'] / seq['sampling_us_per_gradient']:.2f}",
             f"{vec['warmup_seconds']:.1f} / {seq['warmup_seconds']:.1f}",
