@@ -285,18 +285,24 @@ def test_rank_at_least_d_is_a_full_square_root_of_the_fisher_fixed_point():
 
 
 def _assert_gaussian_moments(result, sigma):
-    """Every mean within 4.5 MCSE of 0, every variance within 15% of Sigma's."""
+    """Every mean and every variance within 4.5 Monte Carlo standard errors of the truth
+    (0 and Sigma's diagonal): the variance as the mean of x^2 (the mean is known), its
+    standard error from the ESS of x^2, so that the bound follows the draws' information
+    (a fixed relative bound fails by chance on the least-informed of 200 coordinates)."""
     draws = np.asarray(result.samples, np.float64)
-    flat = draws.reshape(-1, sigma.shape[0])
-    mcse = np.sqrt(np.diag(sigma) / fm.ess(draws, method="mean"))
-    assert np.abs(flat.mean(0) / mcse).max() < 4.5
-    ratio = flat.var(0) / np.diag(sigma)
-    assert 0.85 < ratio.min() and ratio.max() < 1.15, (ratio.min(), ratio.max())
+    variances = np.diag(sigma)
+    mcse = np.sqrt(variances / fm.ess(draws, method="mean"))
+    z_mean = draws.reshape(-1, sigma.shape[0]).mean(0) / mcse
+    assert np.abs(z_mean).max() < 4.5, np.abs(z_mean).max()
+    squares = draws**2
+    flat = squares.reshape(-1, sigma.shape[0])
+    z_var = (flat.mean(0) - variances) / np.sqrt(flat.var(0) / fm.ess(squares, method="mean"))
+    assert np.abs(z_var).max() < 4.5, np.abs(z_var).max()
 
 
 def test_fm_sample_with_rank_matches_the_gaussian_moments():
     """fm.sample(..., "fisher_mala", rank=8) at d = 200 (float32, 4 chains): every mean
-    within 4.5 MCSE of 0, every variance within 15% of Sigma's."""
+    and every variance within 4.5 MCSE of the truth."""
     sigma, _, rng = _diag_plus_low_rank(seed=1)
     precision = jnp.asarray(np.linalg.inv(sigma), jnp.float32)
     x0 = jnp.asarray(rng.normal(size=(4, 200)), jnp.float32)
@@ -331,7 +337,7 @@ def test_bad_rank_options_fail_before_compiling(options, match):
 @pytest.mark.parametrize("sampler", ["fisher_nuts", "fisher_hmc"])
 def test_fisher_nuts_and_hmc_with_rank_match_the_gaussian_moments(sampler):
     """NUTS / HMC whitened by the low-rank R (d = 200, k = 8, float32, 4 chains): means
-    within 4.5 MCSE, variances within 15%; the learned R is the LowRankSqrt."""
+    and variances within 4.5 MCSE; the learned R is the LowRankSqrt."""
     pytest.importorskip("blackjax")
     sigma, _, rng = _diag_plus_low_rank(seed=2)
     precision = jnp.asarray(np.linalg.inv(sigma), jnp.float32)
@@ -358,7 +364,7 @@ def test_fisher_nuts_with_a_diagonal_option_matches_the_gaussian_moments(
     diagonal, make, seed, key, num_warmup
 ):
     """``fm.sample(..., "fisher_nuts", rank=8, low_rank_diagonal=...)`` (d = 200, float32,
-    4 chains): means within 4.5 MCSE, variances within 15%; with ``"unit"`` the learned D
+    4 chains): means and variances within 4.5 MCSE; with ``"unit"`` the learned D
     uniform."""
     pytest.importorskip("blackjax")
     sigma, _, rng = make(seed=seed)

@@ -1,0 +1,102 @@
+"""Time per leapfrog step of Fisher NUTS's kernel, one chain and four batched chains.
+
+    python -m benchmarks.nuts_step_cost                  # d = 1000 and 10 000
+    python -m benchmarks.nuts_step_cost --dims 100,1000
+
+The kernel (``fisher_mala.whitened_hmc.build_kernel("nuts")``, with and without the U-turn
+checks across subtrees) on the low-rank race's diagonal-plus-rank-8 Gaussian
+(``benchmarks.low_rank_race.gaussian_lowrank``), whitened by its exact rank-8 root, float64,
+step 0.2: 20 transitions in one jitted ``lax.scan``, for one chain and for four chains
+under ``jax.vmap`` (their trees in lockstep), the best of three runs after compilation.
+Printed: microseconds per leapfrog step of the one chain, and per lockstep leapfrog step
+of the four (the longest tree of the four at each transition). Not cached: to compare two
+commits, run it in a worktree of each, alternating.
+"""
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CHAINS, TRANSITIONS, STEP = 4, 20, 0.2
+
+
+def _exact_root(dim: int):
+    """The Gaussian's covariance root ``D^(1/2) (I + U diag(sqrt(S) - 1) U^T)``, as the
+    race's target draws its ``D``, ``U`` and ``S``."""
+    from fisher_mala.square_roots import LowRankSqrt
+
+    rng = np.random.default_rng(0)
+    diagonal = np.exp(rng.uniform(-2, 2, dim))
+    loadings = np.linalg.qr(rng.normal(size=(dim, 8)))[0]
+    spectrum = np.array([100.0, 50.0, 30.0, 20.0, 0.1, 0.05, 0.02, 0.01])
+    return LowRankSqrt(
+        jnp.sqrt(diagonal), jnp.asarray(loadings), jnp.asarray(np.sqrt(spectrum) - 1.0)
+    ), diagonal
+
+
+def seconds_per_step(dim: int, robust: bool, batched: bool) -> float:
+    """Microseconds per (lockstep) leapfrog step, the best of three runs."""
+    from benchmarks import low_rank_race
+    from fisher_mala import whitened_hmc
+
+    target = low_rank_race.gaussian_lowrank(dim)
+    root, diagonal = _exact_root(dim)
+    x0 = jax.random.normal(jax.random.key(1), (CHAINS, dim)) * jnp.sqrt(diagonal)
+    kernel = whitened_hmc.build_kernel("nuts", robust_uturn=robust)
+
+    def one(key, state):
+        return kernel(key, state, target.logdensity_fn, STEP)
+
+    def init(x):
+        return whitened_hmc.init(x, target.logdensity_fn, root)
+
+    if batched:
+        state = jax.vmap(init)(x0)
+
+        def transition(s, key):
+            s, info = jax.vmap(one)(jax.random.split(key, CHAINS), s)
+            return s, info.num_integration_steps
+    else:
+        state = init(x0[0])
+
+        def transition(s, key):
+            s, info = one(key, s)
+            return s, info.num_integration_steps
+
+    run = jax.jit(lambda s, key: jax.lax.scan(transition, s, jax.random.split(key, TRANSITIONS)))
+    state, _ = jax.block_until_ready(run(state, jax.random.key(2)))
+    best = np.inf
+    for r in range(3):
+        start = time.perf_counter()
+        _, steps = jax.block_until_ready(run(state, jax.random.key(3 + r)))
+        seconds = time.perf_counter() - start
+        steps = np.asarray(steps)
+        leapfrogs = steps.max(axis=-1).sum() if batched else steps.sum()
+        best = min(best, seconds / leapfrogs * 1e6)
+    return best
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", default="1000,10000")
+    args = parser.parse_args(argv)
+    with jax.enable_x64(True):
+        for dim in map(int, args.dims.split(",")):
+            cells = [
+                f"{seconds_per_step(dim, robust, False):.0f} / "
+                f"{seconds_per_step(dim, robust, True):.0f}"
+                for robust in (False, True)
+            ]
+            print(
+                f"d = {dim}: µs per leapfrog step, one chain / four batched (lockstep): "
+                f"BlackJAX's U-turn criterion {cells[0]}, with the checks across subtrees "
+                f"{cells[1]}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
