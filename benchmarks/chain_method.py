@@ -14,7 +14,8 @@ the chains over them, each device on its own core; one process per device count)
 Fisher NUTS with ``rank=8``, float64, 4 chains on one device, 1500 warm-up iterations
 (no stopping rule) and 500 draws, each method once: the sampling phase's time per
 gradient, the warm-up's seconds, and which method ``chain_method="auto"`` picks from the
-bytes of data the chains share (``fisher_mala.sampling.SHARED_BYTES_FOR_BATCH``). Cells
+bytes of data the chains share (``fisher_mala.sampling.SHARED_BYTES_FOR_BATCH`` and
+``SHARED_WORDS_PER_COORDINATE_FOR_BATCH``). Cells
 cached in ``results/chain_method_large/``; the table in ``results/chain_method_large.md``.
 """
 
@@ -80,7 +81,7 @@ def rows_for_this_process(targets) -> list[dict]:
 
 LARGE = OUT.parent / "chain_method_large"
 LARGE_TARGETS = ("gaussian_lowrank", "hierarchical_logistic", "latent_gp_poisson",
-                 "gaussian_lowrank_10k")  # fmt: skip
+                 "gaussian_lowrank_10k", "hierarchical_logistic_10k")  # fmt: skip
 
 
 def large_cell(name: str, method: str) -> dict:

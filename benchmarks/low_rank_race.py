@@ -114,7 +114,10 @@ def gaussian_lowrank(dim=1000, name="gaussian_lowrank"):
             pm.Potential("density", -0.5 * ((y**2).sum() + (weights * (y @ loadings) ** 2).sum()))
         return model
 
-    return _Target(name, dim, logdensity, pymc_model)
+    target = _Target(name, dim, logdensity, pymc_model)
+    # The covariance's exact factors, for benchmarks that whiten by its exact root.
+    target.extras["factors"] = (diagonal, loadings, spectrum)
+    return target
 
 
 def hierarchical_logistic(groups=1000, per_group=8, features=3, name="hierarchical_logistic"):

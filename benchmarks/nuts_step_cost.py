@@ -23,15 +23,12 @@ import numpy as np
 CHAINS, TRANSITIONS, STEP = 4, 20, 0.2
 
 
-def _exact_root(dim: int):
-    """The Gaussian's covariance root ``D^(1/2) (I + U diag(sqrt(S) - 1) U^T)``, as the
-    race's target draws its ``D``, ``U`` and ``S``."""
+def _exact_root(target):
+    """The race's Gaussian's covariance root ``D^(1/2) (I + U diag(sqrt(S) - 1) U^T)``, from
+    the factors the target carries."""
     from fisher_mala.square_roots import LowRankSqrt
 
-    rng = np.random.default_rng(0)
-    diagonal = np.exp(rng.uniform(-2, 2, dim))
-    loadings = np.linalg.qr(rng.normal(size=(dim, 8)))[0]
-    spectrum = np.array([100.0, 50.0, 30.0, 20.0, 0.1, 0.05, 0.02, 0.01])
+    diagonal, loadings, spectrum = target.extras["factors"]
     return LowRankSqrt(
         jnp.sqrt(diagonal), jnp.asarray(loadings), jnp.asarray(np.sqrt(spectrum) - 1.0)
     ), diagonal
@@ -43,7 +40,7 @@ def seconds_per_step(dim: int, robust: bool, batched: bool) -> float:
     from fisher_mala import whitened_hmc
 
     target = low_rank_race.gaussian_lowrank(dim)
-    root, diagonal = _exact_root(dim)
+    root, diagonal = _exact_root(target)
     x0 = jax.random.normal(jax.random.key(1), (CHAINS, dim)) * jnp.sqrt(diagonal)
     kernel = whitened_hmc.build_kernel("nuts", robust_uturn=robust)
 

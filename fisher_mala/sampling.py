@@ -312,6 +312,14 @@ SMALL_BATCH = 2
 #: bound is where reading the data three times more (four chains) costs about the batch's
 #: extra 70 µs per chain and step at 25 GB/s.
 SHARED_BYTES_FOR_BATCH = 2 << 20
+#: ... and at least this many words (of the position's dtype) per coordinate: the batch's
+#: selects copy every chain's carried vectors and checkpoint rows, so its extra cost grows
+#: with ``d``. Four batched chains' lockstep leapfrog step of the same Gaussian against one
+#: chain's (``benchmarks/nuts_step_cost.py``, float64): 1626 against 265 µs at d = 10 000,
+#: 28.2 against 3.6 ms at d = 100 000, i.e. about 140 µs and 3.4 ms more per chain and
+#: step, the time to read about 60 and 140 float64 words per coordinate three more times
+#: at 25 GB/s. Up to about d = 4000 the absolute bound governs.
+SHARED_WORDS_PER_COORDINATE_FOR_BATCH = 64
 #: Largest dimension at which the chains of one XLA:CPU device run in groups from threads
 #: (:mod:`fisher_mala.chain_threads`). Up to d = 100 the groups gave 1.3-1.9 times the min
 #: ESS per second of one program (Fisher NUTS, FisherMALA); at d = 785 (FisherMALA on
@@ -348,7 +356,9 @@ def _auto_chain_method(
 ) -> str:
     """``"sequential"`` for NUTS / HMC (``trajectory``) on a CPU in small dimension, or
     above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` when the chains share fewer than
-    ``SHARED_BYTES_FOR_BATCH`` bytes of data (``shared()``, called only then), else
+    ``SHARED_BYTES_FOR_BATCH`` bytes of data or fewer than
+    ``SHARED_WORDS_PER_COORDINATE_FOR_BATCH`` words per coordinate (``shared()``, called
+    only then), else
     ``"vectorized"``. ``mesh`` is the chain placement (:func:`_chain_mesh`): it gives the
     chains per device.
     """
@@ -361,7 +371,9 @@ def _auto_chain_method(
     bound = SEQUENTIAL_MAX_DIM_SMALL_BATCH if per_device <= SMALL_BATCH else SEQUENTIAL_MAX_DIM
     if dim <= bound:
         return "sequential"
-    if dim > SEQUENTIAL_MAX_DIM_SMALL_BATCH and shared() < SHARED_BYTES_FOR_BATCH:
+    itemsize = np.dtype(jax.tree.leaves(initial_positions)[0].dtype).itemsize
+    bound = max(SHARED_BYTES_FOR_BATCH, SHARED_WORDS_PER_COORDINATE_FOR_BATCH * itemsize * dim)
+    if dim > SEQUENTIAL_MAX_DIM_SMALL_BATCH and shared() < bound:
         return "sequential"
     return "vectorized"
 
@@ -1049,8 +1061,8 @@ def sample(
         CPU up to ``SEQUENTIAL_MAX_DIM`` coordinates (up to
         ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` with at most ``SMALL_BATCH`` chains per
         device), and above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` where the log density's
-        captured arrays and ``data`` hold under ``SHARED_BYTES_FOR_BATCH`` bytes; else
-        vectorized.
+        captured arrays and ``data`` hold under ``SHARED_BYTES_FOR_BATCH`` bytes or under
+        ``SHARED_WORDS_PER_COORDINATE_FOR_BATCH`` words per coordinate; else vectorized.
         Pooled samplers share one ``R`` and are always batched. On a single XLA:CPU
         device, up to ``GROUPS_MAX_DIM`` coordinates, the chains also run in groups, one
         per core, each group's program started from its own thread

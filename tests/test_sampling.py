@@ -364,6 +364,26 @@ def test_auto_chain_method_batches_large_dimensions_only_for_shared_data():
     assert sampling._auto_chain_method(True, x0[:, :-1], None, lambda: 1 / 0) == "vectorized"
 
 
+def test_auto_chain_method_asks_large_dimensions_for_data_in_proportion():
+    """The batch's selects copy every chain's carried vectors, so above about d = 4000 the
+    shared data that makes a batch pay grows with ``d``: ``SHARED_WORDS_PER_COORDINATE_
+    FOR_BATCH`` words of the position's dtype per coordinate."""
+    from fisher_mala import sampling
+
+    dim = 10_000
+    for dtype in (np.float32, np.float64):
+        x0 = np.zeros((4, dim), dtype)
+        bound = sampling.SHARED_WORDS_PER_COORDINATE_FOR_BATCH * np.dtype(dtype).itemsize * dim
+        assert bound > sampling.SHARED_BYTES_FOR_BATCH
+
+        def method(shared, x0=x0):
+            return sampling._auto_chain_method(True, x0, None, lambda: shared)
+
+        assert method(bound - 1) == "sequential"
+        assert method(bound) == "vectorized"
+        assert method(sampling.SHARED_BYTES_FOR_BATCH) == "sequential"  # enough at d = 1000
+
+
 def test_starts_checked_by_the_caller_skip_only_the_compiled_evaluation():
     """``fm.sample_numpyro`` hands ``fm.sample`` points NumPyro found with a finite value
     and gradient: inside ``_starts_checked`` they are not evaluated again; the shape
