@@ -125,7 +125,10 @@ def _centred_spectra(x: np.ndarray):
 
     n = x.shape[1]
     size = fft.next_fast_len(2 * n)
-    series = np.ascontiguousarray(np.moveaxis(x, 1, -1))  # (C, D, N): contiguous FFTs
+    # (C, D, N), contiguous for the FFTs: always a copy, centred in place below (with one
+    # coordinate the moved axes of ``x`` are already contiguous, and a view would centre
+    # the caller's draws, whose chain means the between-chain variance still needs).
+    series = np.array(np.moveaxis(x, 1, -1), order="C", copy=True)
     series -= series.mean(axis=-1, keepdims=True)
     spectrum = fft.rfft(series, n=size, axis=-1, workers=os.cpu_count() or 1)
     del series

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from fisher_mala import convergence
+from fisher_mala import checks, convergence
 from fisher_mala.checks import Diagnosis, SamplingWarning, diagnose, faults
 
 __all__ = [
@@ -72,7 +72,22 @@ def _as_chain_draw_dim(samples) -> np.ndarray:
     leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(samples)]
     if not leaves or leaves[0].ndim < 2:
         raise ValueError("`samples` must have leading (chains, draws) axes.")
-    return np.concatenate([leaf.reshape(*leaf.shape[:2], -1) for leaf in leaves], axis=-1)
+    flat = [leaf.reshape(*leaf.shape[:2], -1) for leaf in leaves]
+    return flat[0] if len(flat) == 1 else np.concatenate(flat, axis=-1)  # one leaf: no copy
+
+
+#: Working memory of TFP's estimator per draw, relative to the multi-chain estimators'
+#: ``convergence.WORKING_BYTES_PER_VALUE``: its transforms pad to a power of two, up to
+#: four times the draws (a float64 copy, the spectrum, the lag sums, the correlations).
+_PAPER_WORKING_FACTOR = 2
+
+
+def _by_blocks(fn, x: np.ndarray, factor: int = 1) -> np.ndarray:
+    """``fn`` over blocks of coordinates whose working memory stays under an eighth of the
+    draws' bytes or ``checks.WORKING_MEMORY_FLOOR``, as :func:`diagnose`'s: the estimators
+    hold several copies of the draws, which a large run cannot afford at once."""
+    budget = max(x.nbytes // 8, checks.WORKING_MEMORY_FLOOR) // factor
+    return convergence.by_coordinate_blocks(fn, x, budget)
 
 
 #: ESS methods computed by :mod:`fisher_mala.convergence` (vectorized, equal to ArviZ's).
@@ -104,13 +119,13 @@ def ess(samples, method: str = "bulk", per_chain: bool = False) -> np.ndarray:
     """
     x = _as_chain_draw_dim(samples)
     if method == "paper":
-        per = paper_ess(x, axis=1)
+        per = _by_blocks(lambda block: paper_ess(block, axis=1), x, _PAPER_WORKING_FACTOR)
         return per if per_chain else per.sum(axis=0)
     if method in _VECTORIZED:
         estimator = _VECTORIZED[method]
         if per_chain:
-            return np.stack([estimator(x[c : c + 1]) for c in range(len(x))])
-        return estimator(x)
+            return np.stack([_by_blocks(estimator, x[c : c + 1]) for c in range(len(x))])
+        return _by_blocks(estimator, x)
     import arviz as az
 
     options = {"prob": 0.5} if method == "quantile" else {}

@@ -49,6 +49,8 @@ CASES = {
     "ties": lambda: RNG.integers(0, 3, size=(4, 200, 3)).astype(float),
     "rejections": _rejections,
     "constant_and_nan": _with_constant_and_nan,
+    # one coordinate, chains that disagree: the between-chain variance matters
+    "one_coordinate": lambda: ar1(4, 500, 1, 0.9) + np.arange(4.0)[:, None, None],
 }
 
 
@@ -108,3 +110,20 @@ def test_per_chain_ess_and_fm_ess_methods():
         fm.ess(x, method="bulk", per_chain=True)[1], az.ess(x[1:2], method="bulk"), rtol=1e-6
     )
     np.testing.assert_allclose(fm.ess(x, method="sd"), az.ess(x, method="sd"), rtol=1e-12)
+
+
+def test_one_coordinate_is_not_centred_in_the_callers_array():
+    """With one coordinate the chains' series are already contiguous: the estimators
+    centre a copy, never the caller's draws, and one chain's halves keep their means."""
+    x = ar1(3, 400, 1, 0.9) + np.arange(3.0)[:, None, None]
+    x[:, 200:] += 2.0  # each chain's halves disagree
+    before = x.copy()
+    ess = convergence.ess(x)
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_allclose(ess, convergence.ess(np.concatenate([x, x], axis=-1))[:1])
+    per_chain = convergence.per_chain_ess_mean(x)
+    for c in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = az.ess(x[c : c + 1], method="mean")
+        np.testing.assert_allclose(per_chain[c], expected, rtol=1e-6)

@@ -55,3 +55,33 @@ def test_ess_shapes_and_methods():
     assert fm.ess(samples, method="paper", per_chain=True).shape == (3, 3)
     assert fm.ess(samples, method="paper").shape == (3,)
     assert fm.ess(samples, per_chain=True).shape == (3, 3)
+
+
+def test_ess_works_on_blocks_of_coordinates_within_a_memory_bound(monkeypatch):
+    """``fm.ess`` holds an eighth of the draws' bytes of working memory (or
+    ``checks.WORKING_MEMORY_FLOOR``), not the estimators' several copies of all the draws
+    at once, and its values are those of the estimators on all coordinates."""
+    import tracemalloc
+
+    from fisher_mala import checks, convergence
+
+    rng = np.random.default_rng(5)
+    x = np.cumsum(rng.normal(size=(4, 500, 300)), axis=1) * 0.1 + rng.normal(size=(4, 500, 300))
+    monkeypatch.setattr(checks, "WORKING_MEMORY_FLOOR", 0)
+    budget = x.nbytes // 8  # 0.6 MB; the estimators on all of x hold over 20 MB
+    for method in ("bulk", "tail", "mean", "paper"):  # imports and caches, not counted
+        fm.ess(x[..., :1], method=method)
+    for method, direct in (("bulk", convergence.ess_bulk), ("tail", convergence.ess_tail),
+                           ("mean", convergence.ess_mean)):  # fmt: skip
+        tracemalloc.start()
+        values = fm.ess(x, method=method)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak <= 2 * budget, (method, peak)
+        np.testing.assert_allclose(values, direct(x), rtol=1e-12)  # last bits: blocks
+    tracemalloc.start()
+    per = fm.ess(x, method="paper", per_chain=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= 2 * budget, peak
+    np.testing.assert_allclose(per, fm.diagnostics.paper_ess(x, axis=1), rtol=1e-12)
