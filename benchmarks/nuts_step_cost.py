@@ -2,12 +2,15 @@
 
     python -m benchmarks.nuts_step_cost                  # d = 1000 and 10 000
     python -m benchmarks.nuts_step_cost --dims 100,1000
+    python -m benchmarks.nuts_step_cost --target hierarchical_logistic_10k
 
 The kernel (``fisher_mala.whitened_hmc.build_kernel("nuts")``, with and without the U-turn
 checks across subtrees) on the low-rank race's diagonal-plus-rank-8 Gaussian
 (``benchmarks.low_rank_race.gaussian_lowrank``), whitened by its exact rank-8 root, float64,
-step 0.2: 20 transitions in one jitted ``lax.scan``, for one chain and for four chains
-under ``jax.vmap`` (their trees in lockstep), the best of three runs after compilation.
+step 0.2 (or another of the race's targets, ``--target``, whitened by a unit rank-8
+root and started as the race starts it): 20 transitions in one jitted ``lax.scan``, for
+one chain and for four chains under ``jax.vmap`` (their trees in lockstep), the best of
+three runs after compilation.
 Printed: microseconds per leapfrog step of the one chain, and per lockstep leapfrog step
 of the four (the longest tree of the four at each transition). Not cached: to compare two
 commits, run it in a worktree of each, alternating.
@@ -23,25 +26,28 @@ import numpy as np
 CHAINS, TRANSITIONS, STEP = 4, 20, 0.2
 
 
-def _exact_root(target):
+def _root_and_start(target):
     """The race's Gaussian's covariance root ``D^(1/2) (I + U diag(sqrt(S) - 1) U^T)``, from
-    the factors the target carries."""
+    the factors it carries, and starts drawn from it; for another target a unit rank-8 root
+    and the race's starts."""
     from fisher_mala.square_roots import LowRankSqrt
 
+    if "factors" not in target.extras:
+        loadings = jnp.linalg.qr(jax.random.normal(jax.random.key(0), (target.dim, 8)))[0]
+        x0 = jax.random.normal(jax.random.key(1), (CHAINS, target.dim)) * 0.1
+        return LowRankSqrt(jnp.ones(target.dim), loadings, jnp.zeros(8)), x0
     diagonal, loadings, spectrum = target.extras["factors"]
-    return LowRankSqrt(
+    root = LowRankSqrt(
         jnp.sqrt(diagonal), jnp.asarray(loadings), jnp.asarray(np.sqrt(spectrum) - 1.0)
-    ), diagonal
+    )
+    return root, jax.random.normal(jax.random.key(1), (CHAINS, target.dim)) * jnp.sqrt(diagonal)
 
 
-def seconds_per_step(dim: int, robust: bool, batched: bool) -> float:
+def seconds_per_step(target, robust: bool, batched: bool) -> float:
     """Microseconds per (lockstep) leapfrog step, the best of three runs."""
-    from benchmarks import low_rank_race
     from fisher_mala import whitened_hmc
 
-    target = low_rank_race.gaussian_lowrank(dim)
-    root, diagonal = _exact_root(target)
-    x0 = jax.random.normal(jax.random.key(1), (CHAINS, dim)) * jnp.sqrt(diagonal)
+    root, x0 = _root_and_start(target)
     kernel = whitened_hmc.build_kernel("nuts", robust_uturn=robust)
 
     def one(key, state):
@@ -79,16 +85,26 @@ def seconds_per_step(dim: int, robust: bool, batched: bool) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default="1000,10000")
+    parser.add_argument("--target", help="one of the low-rank race's targets instead")
     args = parser.parse_args(argv)
+    from benchmarks import low_rank_race
+
+    if args.target:
+        targets = [low_rank_race.TARGETS[args.target]]
+    else:
+        targets = [lambda dim=dim: low_rank_race.gaussian_lowrank(dim)
+                   for dim in map(int, args.dims.split(","))]  # fmt: skip
     with jax.enable_x64(True):
-        for dim in map(int, args.dims.split(",")):
+        for make in targets:
+            target = make()
             cells = [
-                f"{seconds_per_step(dim, robust, False):.0f} / "
-                f"{seconds_per_step(dim, robust, True):.0f}"
+                f"{seconds_per_step(target, robust, False):.0f} / "
+                f"{seconds_per_step(target, robust, True):.0f}"
                 for robust in (False, True)
             ]
             print(
-                f"d = {dim}: µs per leapfrog step, one chain / four batched (lockstep): "
+                f"{target.name}, d = {target.dim}: µs per leapfrog step, one chain / four "
+                f"batched (lockstep): "
                 f"BlackJAX's U-turn criterion {cells[0]}, with the checks across subtrees "
                 f"{cells[1]}",
                 flush=True,
