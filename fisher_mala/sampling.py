@@ -358,9 +358,8 @@ def _auto_chain_method(
     above ``SEQUENTIAL_MAX_DIM_SMALL_BATCH`` when the chains share fewer than
     ``SHARED_BYTES_FOR_BATCH`` bytes of data or fewer than
     ``SHARED_WORDS_PER_COORDINATE_FOR_BATCH`` words per coordinate (``shared()``, called
-    only then), else
-    ``"vectorized"``. ``mesh`` is the chain placement (:func:`_chain_mesh`): it gives the
-    chains per device.
+    only then), else ``"vectorized"``. ``mesh`` is the chain placement
+    (:func:`_chain_mesh`): it gives the chains per device.
     """
     dim = _dim(initial_positions)
     on_cpu = jax.default_backend() == "cpu"
