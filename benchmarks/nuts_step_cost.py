@@ -8,9 +8,9 @@ The kernel (``fisher_mala.whitened_hmc.build_kernel("nuts")``, with and without 
 checks across subtrees) on the low-rank race's diagonal-plus-rank-8 Gaussian
 (``benchmarks.low_rank_race.gaussian_lowrank``), whitened by its exact rank-8 root, float64,
 step 0.2 (or another of the race's targets, ``--target``, whitened by a unit rank-8
-root and started as the race starts it): 20 transitions in one jitted ``lax.scan``, for
-one chain and for four chains under ``jax.vmap`` (their trees in lockstep), the best of
-three runs after compilation.
+root, started at 0.1 times normal draws): 20 transitions in one jitted ``lax.scan``,
+for one chain and for four chains under ``jax.vmap`` (their trees in lockstep), the best
+of three runs after compilation.
 Printed: microseconds per leapfrog step of the one chain, and per lockstep leapfrog step
 of the four (the longest tree of the four at each transition). Not cached: to compare two
 commits, run it in a worktree of each, alternating.
@@ -29,7 +29,7 @@ CHAINS, TRANSITIONS, STEP = 4, 20, 0.2
 def _root_and_start(target):
     """The race's Gaussian's covariance root ``D^(1/2) (I + U diag(sqrt(S) - 1) U^T)``, from
     the factors it carries, and starts drawn from it; for another target a unit rank-8 root
-    and the race's starts."""
+    and starts of the race's scale (0.1 times normal draws)."""
     from fisher_mala.square_roots import LowRankSqrt
 
     if "factors" not in target.extras:
