@@ -14,6 +14,8 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
                                    # and how well R fits along its own directions
     python -m benchmarks.low_rank_race --probe hierarchical_logistic_10k --draws 400 \
         --remeasure off            # R's directions not measured again in the step-size phase
+    python -m benchmarks.low_rank_race --placement hierarchical_logistic_10k
+                                   # the rank-8 cell batched and sequential, in turns
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -53,7 +55,8 @@ Targets (synthetic, fixed seeds):
   diagonal's range).
 
 Cells cached in ``benchmarks/results/low_rank_race/<target>/<sampler>.json``; the table in
-``benchmarks/results/low_rank_race.md``.
+``benchmarks/results/low_rank_race.md``; the Gaussians' cells along their rank-8
+directions (:func:`direction_ess`) in ``benchmarks/results/low_rank_race_directions.md``.
 """
 
 import argparse
@@ -69,6 +72,7 @@ from benchmarks import templating
 
 RESULTS = Path(__file__).resolve().parent / "results" / "low_rank_race"
 TABLE = RESULTS.parent / "low_rank_race.md"
+DIRECTIONS_TABLE = RESULTS.parent / "low_rank_race_directions.md"
 SAMPLERS = ("fisher_nuts_rank8", "fisher_nuts_rank8_long", "fisher_nuts_rank8_unit",
             "fisher_nuts_rank8_learned", "fisher_nuts_dense", "nuts_diag", "nutpie_diag",
             "nutpie_low_rank")  # fmt: skip
@@ -223,7 +227,7 @@ def record_of(target, out, start: float) -> dict:
 
     draws, grads, compile_s, warm_s, sample_s = out
     bulk = fm.ess(np.asarray(draws, np.float64), method="bulk")
-    return {
+    record = {
         "dim": target.dim, "chains": CHAINS,
         "bulk_min": float(np.nanmin(bulk)), "grad_evals": grads,
         "bulk_min_per_grad": float(np.nanmin(bulk) / grads),
@@ -232,11 +236,28 @@ def record_of(target, out, start: float) -> dict:
                     "wall": time.perf_counter() - start},
         "dtype": "float64", "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
     }  # fmt: skip
+    if "factors" in target.extras:
+        record["directions_bulk"] = [float(e) for e in direction_ess(target, draws)]
+    return record
 
 
-def run_cell(target_name: str, sampler: str) -> dict:
+def direction_ess(target, draws) -> np.ndarray:
+    """Bulk ESS of the draws along the Gaussian's rank-8 directions: ``S^(-1/2) U^T
+    D^(-1/2) x``, unit variance under the target. Their loadings spread over every
+    coordinate, so at large ``d`` each coordinate's variance hardly depends on them and a
+    sampler that crosses the loose directions slowly still mixes every coordinate; the
+    min over the coordinates alone then flatters it."""
+    import fisher_mala as fm
+
+    diagonal, loadings, spectrum = target.extras["factors"]
+    weights = loadings / np.sqrt(diagonal)[:, None] / np.sqrt(spectrum)
+    projected = np.stack([np.asarray(chain, np.float64) @ weights for chain in draws])
+    return fm.ess(projected, method="bulk")
+
+
+def run_cell(target_name: str, sampler: str, rerun: bool = False) -> dict:
     path = RESULTS / target_name / f"{sampler}.json"
-    if path.exists():
+    if path.exists() and not rerun:
         return json.loads(path.read_text())
     from benchmarks import versus_blackjax
 
@@ -265,6 +286,41 @@ def run_cell(target_name: str, sampler: str) -> dict:
     return record
 
 
+#: ``--placement``: runs of the ``fisher_nuts_rank8`` cell per ``chain_method``, in turns.
+PLACEMENT_REPEATS = 2
+
+
+def placement(target_name: str, repeats: int = PLACEMENT_REPEATS) -> str:
+    """The ``fisher_nuts_rank8`` cell of ``target_name`` with its chains batched
+    (``chain_method="vectorized"``) and one after the other (``"sequential"``), ``repeats``
+    runs each, alternating so that the machine's drift falls on both (each run cached in
+    ``<target>/placement/<method>_<i>.json``): what ``chain_method="auto"`` should choose
+    there. Returns the table of runs."""
+    target = TARGETS[target_name]()
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
+    rows = []
+    for i in range(repeats):
+        for method in ("vectorized", "sequential"):
+            path = RESULTS / target_name / "placement" / f"{method}_{i}.json"
+            if not path.exists():
+                start = time.perf_counter()
+                out = _fisher(target, positions, key_run, 8, chain_method=method)
+                record = {"target": target_name, "chain_method": method, "run": i,
+                          **record_of(target, out, start)}  # fmt: skip
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(record, indent=1))
+            r = json.loads(path.read_text())
+            seconds = r["seconds"]["warmup"] + r["seconds"]["sampling"]
+            rows.append([method, i, f"{r['bulk_min']:.0f}", f"{r['bulk_min_per_second']:.3g}",
+                         f"{r['bulk_min_per_grad']:.2e}", f"{seconds:.0f}",
+                         f"{1e6 * seconds / r['grad_evals']:.0f}"])  # fmt: skip
+            print(rows[-1], flush=True)
+    return templating.table(["chain_method", "run", "min bulk ESS", "per second",
+                             "per gradient", "warm-up + sampling (s)", "µs per gradient"],
+                            rows)  # fmt: skip
+
+
 def render() -> str:
     rows = []
     for target in TARGETS:
@@ -290,7 +346,38 @@ def render() -> str:
         ["target", "d", "sampler", "min bulk ESS", "per second", "per gradient",
          "best rank-8 over it, /s", "best rank-8 over it, /grad"], rows)  # fmt: skip
     TABLE.write_text(text + "\n")
-    return text
+    directions = directions_table()
+    DIRECTIONS_TABLE.write_text(directions + "\n")
+    return text + "\n\n" + directions
+
+
+def directions_table() -> str:
+    """The Gaussians' cells that recorded the ESS along the rank-8 directions
+    (:func:`direction_ess`): min bulk ESS over the coordinates and over the directions, and
+    per second and per gradient by the smaller of the two."""
+    rows = []
+    for target in TARGETS:
+        cells = {s: r for s in SAMPLERS
+                 if (p := RESULTS / target / f"{s}.json").exists()
+                 and "directions_bulk" in (r := json.loads(p.read_text()))}  # fmt: skip
+        if "fisher_nuts_rank8" not in cells:
+            continue
+        both = {s: min(r["bulk_min"], min(r["directions_bulk"])) for s, r in cells.items()}
+        seconds = {s: r["bulk_min_per_second"] / r["bulk_min"] for s, r in cells.items()}
+        per_second = {s: both[s] * seconds[s] for s in cells}
+        per_grad = {s: both[s] / r["grad_evals"] for s, r in cells.items()}
+        for s, r in cells.items():
+            mine = s == "fisher_nuts_rank8"
+            rows.append([
+                target, r["dim"], s, f"{r['bulk_min']:.0f}", f"{min(r['directions_bulk']):.0f}",
+                f"{per_second[s]:.3g}", f"{per_grad[s]:.2e}",
+                "" if mine else f"{per_second['fisher_nuts_rank8'] / per_second[s]:.2f}",
+                "" if mine else f"{per_grad['fisher_nuts_rank8'] / per_grad[s]:.2f}",
+            ])  # fmt: skip
+    return templating.table(
+        ["target", "d", "sampler", "min bulk ESS, coordinates", "min bulk ESS, directions",
+         "per second", "per gradient", "rank 8 over it, /s", "rank 8 over it, /grad"],
+        rows)  # fmt: skip
 
 
 def inspect(target_name: str) -> None:
@@ -413,7 +500,15 @@ def main(argv=None) -> None:
                         help="--probe: chains in the run (a cell's 4: lockstep cost)")  # fmt: skip
     parser.add_argument("--robust-uturn", choices=("on", "off"), default="on",
                         help="--probe: NUTS's U-turn checks across subtrees")  # fmt: skip
+    parser.add_argument("--placement", metavar="TARGET",
+                        help="the rank-8 cell batched and sequential, in turns")  # fmt: skip
+    parser.add_argument("--rerun", action="store_true",
+                        help="run the cells of --targets and --samplers again, recorded or not")
     args = parser.parse_args(argv)
+    if args.placement:
+        with jax.enable_x64(True):
+            print(placement(args.placement))
+        return
     if args.probe:
         if args.remeasure == "off":  # every ratio within the band: R's factors kept
             from fisher_mala import geometric_widening
@@ -438,7 +533,7 @@ def main(argv=None) -> None:
                     if sampler == "fisher_nuts_rank8_unit" and target not in UNIT_PRIOR:
                         continue
                     try:
-                        run_cell(target, sampler)
+                        run_cell(target, sampler, args.rerun)
                     except Exception as err:
                         print(f"{target} {sampler}: {type(err).__name__}: {str(err)[:300]}")
     print(render())
