@@ -363,8 +363,8 @@ def directions_table() -> str:
         if "fisher_nuts_rank8" not in cells:
             continue
         both = {s: min(r["bulk_min"], min(r["directions_bulk"])) for s, r in cells.items()}
-        seconds = {s: r["bulk_min_per_second"] / r["bulk_min"] for s, r in cells.items()}
-        per_second = {s: both[s] * seconds[s] for s in cells}
+        per_wall_second = {s: r["bulk_min_per_second"] / r["bulk_min"] for s, r in cells.items()}
+        per_second = {s: both[s] * per_wall_second[s] for s in cells}
         per_grad = {s: both[s] / r["grad_evals"] for s, r in cells.items()}
         for s, r in cells.items():
             mine = s == "fisher_nuts_rank8"
