@@ -477,6 +477,11 @@ def _print_fit(target, r) -> None:
     print(f"  along R's directions, the draws' geometric-mean variance over R's: "
           f"{np.round(np.sort(ratio), 2)}; min bulk ESS {ess.min():.0f} of {len(x)} draws, "
           f"{ess.min() / steps.sum():.2e} per gradient")  # fmt: skip
+    if "factors" in target.extras:  # a Gaussian: how much of each true direction R holds
+        loadings, spectrum = target.extras["factors"][1:]
+        print(f"  factors c {np.round(np.sort(c), 2)}; |Q^T u| along the true directions "
+              f"(variance {', '.join(f'{v:g}' for v in spectrum)}): "
+              f"{np.round(np.linalg.norm(q.T @ loadings, axis=0), 2)}")  # fmt: skip
 
 
 def main(argv=None) -> None:

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/docs_screenshots.py [--out outputs/docs_screenshots]
 
 Needs Chromium (Debian: ``apt-get install chromium``); not a CI requirement (CI runs
-``tests/test_docs.py`` on the built HTML instead). Look at the PNGs before you ship docs.
+``scripts/check_site.py --chromium`` on the built HTML instead). Look at the PNGs
+before you ship docs.
 """
 
 import argparse
