@@ -43,12 +43,11 @@ from fisher_mala.square_roots import DiagonalSqrt, LowRankSqrt
 __all__ = [
     "LOW_RANK_DRAWS_PER_RANK",
     "LOW_RANK_MAX_DRAWS",
-    "LOW_RANK_MIN_AGREEMENT",
+    "LOW_RANK_RESIDUAL_PER_RANK",
     "LOW_RANK_REMEASURE_THRESHOLD",
     "LOW_RANK_REMEASURE_BOUNDS",
     "LowRankMoments",
     "low_rank_draws",
-    "low_rank_widened",
     "WIDENING_THRESHOLD",
     "WIDENING_MAX_DIM",
     "WIDENING_MAX_KURTOSIS_RATIO",
@@ -88,31 +87,26 @@ WIDENING_MIN_EXTRA_DRAWS = 16
 #: The low-rank widening keeps the last ``m`` draws of the phase's first half and their
 #: whitened gradients (``2 m d`` numbers, not ``d x d`` sums): ``m = min(
 #: LOW_RANK_DRAWS_PER_RANK k, LOW_RANK_MAX_DRAWS)``, fewer when the half holds fewer (down
-#: to ``LOW_RANK_MIN_DRAWS``). Half of them choose the directions and half measure them,
-#: so ``m`` sets how loose a direction must be to stand out of the noise of ``d / m``: on
+#: to ``LOW_RANK_MIN_DRAWS``). Before the widening measured in the span of the residuals'
+#: principal directions (:func:`_widened_low_rank`), half of them chose the directions and
+#: half measured them, so ``m`` set how loose a direction had to be to stand out of the
+#: noise of ``d / m``: on
 #: ``benchmarks.low_rank_race``'s Gaussian (``d = 1000``, four directions 20 to 100 times
 #: looser than the diagonal) rank-8 Fisher NUTS's min ESS per gradient was 3.3e-3
 #: without the widening, 2.4e-2 with m = 64, 4.0e-2 with 128 and 6.5e-2 with 192 (dense
-#: Fisher NUTS: 8.0e-2), before the halves' agreement check (:data:`LOW_RANK_MIN_AGREEMENT`);
-#: with the check, 6.2e-2 with 192 and 7.0e-2 with 234 (the race's step-size phase holds
+#: Fisher NUTS: 8.0e-2), before the halves had to agree on the direction; with that check,
+#: 6.2e-2 with 192 and 7.0e-2 with 234 (the race's step-size phase holds
 #: 250 draws before the widening), and on its latent Gaussian process 1.3e-2 and 2.2e-2.
 LOW_RANK_DRAWS_PER_RANK = 32
 LOW_RANK_MAX_DRAWS = 256
 LOW_RANK_MIN_DRAWS = 32
-#: Share of a chosen direction that the directions the other half of the kept draws
-#: finds loose must hold for it to be widened (``|P v|^2``; for two noisy estimates of a
-#: direction ``u`` it is about the square of each one's overlap with ``u``). Widening a
-#: direction ``v`` that holds a share ``a^2`` of a loose ``u`` (variance ``l`` times the
-#: rest) to its variance along ``v`` widens the ordinary part of ``v`` too: in two
-#: dimensions that worsens the condition number unless ``a^2`` is about 0.7 or more (for
-#: ``l`` from 5 to 100). In ``d`` dimensions the other directions the widening spares
-#: make up for part of it: on ``benchmarks.low_rank_race``'s latent Gaussian process,
-#: rank-8 Fisher NUTS's min ESS per gradient was 1.44e-2 with no such check, 1.33e-2 with
-#: 0.4 and 1.03e-2 with 0.7. The check is for large ``d``, where the halves' estimates
-#: hold little of the loose directions (a Gaussian of ``d = 10^4`` with four directions
-#: 20 to 100 times looser: overlaps of 0.1 to 0.9, and agreements that follow them; at
-#: ``d = 1000``, 0.98 to 0.99).
-LOW_RANK_MIN_AGREEMENT = 0.4
+#: Principal directions of the kept rows' residuals searched per rank (``p = 3 k``, with
+#: ``k + p <= m / 2`` so that the ``(k + p)``-dimensional covariances are measured from at
+#: least twice as many draws). On the dumped widening inputs of rank-8 Fisher NUTS on
+#: ``benchmarks.low_rank_race``'s Gaussian at ``d = 10^5`` (``python -m
+#: benchmarks.widening_residuals``), the condition number of the whitened covariance after
+#: the widening was 78, 9.2, 7.7 and 6.0 with ``p = k, 2k, 3k, 4k`` (1114 before it).
+LOW_RANK_RESIDUAL_PER_RANK = 3
 #: The learned directions ``Q`` of a low-rank root are measured again on all kept draws
 #: (no choice is made from them, so no half is set aside): in their span, the ``k x k``
 #: geometric mean of the whitened draws' and gradients' covariances (exact for a Gaussian
@@ -318,87 +312,70 @@ def _whitened(r: LowRankSqrt, x):
     return _apply(r.basis, _inverse_factors(r), x / r.scale)
 
 
-def _inverse_root(matrix, xp):
-    """``M^{-1/2}`` of a symmetric positive semi-definite ``M`` on its eigenvalues above
-    ``sqrt(eps)`` times the largest (zero on the others): the directions below are where
-    two kinds of rows nearly cancel, about ``eps^(1/4)`` of their size (a few percent in
-    float32), and carry no widening."""
-    w, v = xp.linalg.eigh(0.5 * (matrix + matrix.T))
-    kept = w > xp.sqrt(xp.finfo(w.dtype).eps) * xp.max(w)
-    return v * xp.where(kept, 1.0 / xp.sqrt(xp.where(kept, w, 1.0)), 0.0)
+def _coordinate_ratios(draws, grads, xp):
+    """``(ratio, measured)``: per coordinate of the kept rows, ``sqrt(Var z_i / Var psi_i)``
+    (nutpie's diagonal, the geometric mean of the draws' variance and the inverse of the
+    gradients'; for a Gaussian whose precision is diagonal in that coordinate, its variance
+    from any two distinct draws), and where it is a measurement (finite, within
+    :data:`LOW_RANK_REMEASURE_BOUNDS`: a coordinate the chain did not move along gives 0)."""
+    ratio = xp.sqrt(xp.var(draws, axis=0) / xp.var(grads, axis=0))
+    low, high = LOW_RANK_REMEASURE_BOUNDS
+    median = xp.nanmedian(xp.where(xp.isfinite(ratio) & (ratio > 0), ratio, xp.nan))
+    measured = xp.isfinite(ratio) & (ratio > low * median) & (ratio < high * median)
+    return xp.where(measured, ratio / median, 1.0), measured, median
 
 
-def _centred(gram, half: int, xp):
-    """``P G P`` for ``G`` the Gram matrix of two blocks of ``half`` rows (draws, then
-    gradients), ``P`` centring each block: the Gram matrix of the centred rows."""
-    blocks = xp.repeat(xp.arange(2), half)
-    same = (blocks[:, None] == blocks[None]).astype(gram.dtype)
-    centring = xp.eye(2 * half, dtype=gram.dtype) - same / half
-    return centring @ gram @ centring, centring
+def _residual_directions(draws, grads, weights, count: int, xp):
+    """The ``count`` principal directions ``(d, count)`` of the kept rows' residuals
+    ``z / w + psi * w`` (``w``: ``weights``, per coordinate), centred: for a Gaussian whose
+    whitened precision is ``B``, ``psi = -B z`` and the residual ``(W^-1 - W B) z`` is zero
+    along every direction ``W^-2`` whitens, whatever the chain's autocorrelation: its
+    principal directions are those where ``R`` is wrong, loose or stiff. From the ``(m, m)``
+    Gram matrix of the residual rows: no ``d x m`` basis."""
+    residual = draws / weights + grads * weights
+    residual = residual - xp.mean(residual, axis=0)
+    gram = residual @ residual.T
+    values, vectors = xp.linalg.eigh(0.5 * (gram + gram.T))
+    values = xp.maximum(values[-count:], xp.finfo(values.dtype).tiny)
+    return residual.T @ (vectors[:, -count:] / xp.sqrt(values))
 
 
-def _low_rank_candidates(gram, cross, xp):
-    """``(coefficients, variance)`` of one half of the kept draws: the eigenvectors of the
-    geometric mean of its draws' and gradients' covariances, in the span of both, as
-    coefficients ``C`` of its rows (``Y^T P C`` are the directions, orthonormal; ``Y`` the
-    half's draws above its gradients, ``P`` the centring), and the variance of the other
-    half's draws along each.
+def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitened_grad, xp,
+                 shrink=True):  # fmt: skip
+    """``(R', R'^T g, factor)``: ``R`` given, in ``span`` (``(d, p)`` orthonormal columns
+    whose span holds ``R``'s directions ``Q``), the covariance the kept draws measure there
+    (``along_x``, ``along_g`` ``(m, p)``: the kept whitened draws' and gradients'
+    coordinates along ``span``), its ``k`` directions those farthest from the rest, and the
+    largest factor by which a variance changed (1 where nothing did: then ``R`` and ``R^T
+    g`` are returned unchanged, bit for bit).
 
-    ``gram``: ``Y Y^T`` ``(2 h, 2 h)``; ``cross``: ``X Y^T``, ``X`` the other half's draws
-    ``(h, d)``. Only these products of rows are formed (``O(h^2 d)``, no ``d x h`` basis):
-    the span's orthonormal basis is ``Y^T P G_c^{-1/2}`` (``G_c = P Y Y^T P``),
-    re-orthonormalized once in its coordinates."""
-    half = gram.shape[0] // 2
-    centred, centring = _centred(gram, half, xp)
-    basis = _inverse_root(centred, xp)
-    basis = basis @ _inverse_root(basis.T @ centred @ basis, xp)  # the first pass's rounding
-    coordinates = centred @ basis  # the centred rows in the orthonormal basis
-    a, b = coordinates[:half], coordinates[half:]
-    # where neither the draws nor the gradients reach: a tiny ridge, in place of the zero
-    # eigenvalues of the chosen draws' covariances
-    ridge = xp.eye(2 * half, dtype=a.dtype) * xp.sqrt(xp.finfo(a.dtype).eps)
-    mean = geometric_mean(a.T @ a / half + ridge, b.T @ b / half + ridge, xp)
-    _, vectors = xp.linalg.eigh(0.5 * (mean + mean.T))
-    vectors = xp.where(xp.isfinite(vectors), vectors, 0.0)
-    coefficients = centring @ basis @ vectors
-    return coefficients, xp.var(cross @ coefficients, axis=0, ddof=1)
-
-
-def _remeasured(
-    r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, allowed, xp, shrink=True
-):
-    """``(R', R'^T g, factor)``: ``R`` given, in the span of its own directions ``Q``, the
-    covariance the kept draws measure there (``along_x``, ``along_g`` ``(m, k)``: the kept
-    whitened draws' and gradients' coordinates along ``Q``), and the largest factor by
-    which a variance changed (1 where nothing did: then ``R`` and ``R^T g`` are returned
-    unchanged, bit for bit).
-
-    The measure is the ``k x k`` geometric mean ``M`` of the draws' and the gradients'
-    covariances along ``Q`` (``M C_g M = C_x``; exact for a Gaussian whatever the draws'
-    autocorrelation, where ``Q`` spans whole eigendirections), over the Fisher scale. Along
-    each eigenvector ``w`` of ``M`` whose eigenvalue ``mu`` is past
+    The measure is the ``p x p`` geometric mean ``M`` of the draws' and the gradients'
+    covariances along ``span`` (``M C_g M = C_x``; exact for a Gaussian whose
+    eigendirections ``span`` holds, whatever the draws' autocorrelation), over ``level``.
+    Along each eigenvector ``w`` of ``M`` whose eigenvalue ``mu`` is past
     :data:`LOW_RANK_REMEASURE_THRESHOLD` either way, ``R`` takes that variance:
-    ``R R^T <- R (I + Q W diag(t^2 - 1) W^T Q^T) R^T``, ``t = sqrt(mu)`` there, 1 elsewhere.
-    Unlike the variance along each ``q`` alone, this also turns ``Q`` within its span: a
-    noisy estimate of a loose direction is a mixture of two of the posterior's, and only
-    their ``k x k`` covariance says how to unmix them.
+    ``R R^T <- R (I + V W diag(t^2 - 1) W^T V^T) R^T``, ``V`` = ``span``, ``t = sqrt(mu)``
+    there, 1 elsewhere. Unlike the variance along each column alone, this also turns the
+    directions within the span: a noisy estimate of a loose direction is a mixture of two
+    of the posterior's, and only their covariance says how to unmix them.
 
     In ``D``-scaled coordinates ``R = D^(1/2) S``, ``S = I + Q diag(c) Q^T``; the new ``S'``
-    is the symmetric root of ``S (I + Q (T^2 - I) Q^T) S``, ``T = W diag(t) W^T``: in the span
-    of ``Q`` that is ``diag(1 + c) T^2 diag(1 + c)``, whose eigenpairs give ``Q'`` and
-    ``c'``. ``O(d k^2)``. ``shrink=False``: only the eigenvalues above the threshold are
-    taken (the widened root's second measure, :func:`_widened_low_rank`)."""
-    m, k = along_x.shape
+    is the symmetric root of ``S (I + V (T^2 - I) V^T) S``, ``T = W diag(t) W^T``, which is
+    the identity outside the span: in the span's coordinates ``S_V T^2 S_V`` (``S_V = I +
+    V^T Q diag(c) Q^T V``), whose eigenpairs give ``Q'`` and ``c'``, the ``k`` farthest
+    from 1 (log scale) kept. ``O(d p^2)``. ``shrink=False``: only the eigenvalues above the
+    threshold are taken."""
+    m, p = along_x.shape
     centred_x = along_x - xp.mean(along_x, axis=0)
     centred_g = along_g - xp.mean(along_g, axis=0)
     cov_x, cov_g = centred_x.T @ centred_x / (m - 1), centred_g.T @ centred_g / (m - 1)
-    # a direction q whose own ratio is past the bounds (a chain that did not move along it:
+    # a direction whose own ratio is past the bounds (a chain that did not move along it:
     # 0 up to rounding) says nothing about the posterior: it is left out of M (identity)
     low, high = LOW_RANK_REMEASURE_BOUNDS
-    own = xp.sqrt(xp.diagonal(cov_x) / xp.diagonal(cov_g)) / fisher_scale
+    own = xp.sqrt(xp.diagonal(cov_x) / xp.diagonal(cov_g)) / level
     measured = xp.isfinite(own) & (own > low) & (own < high)
-    mean = geometric_mean(cov_x, cov_g, xp) / fisher_scale
-    identity = xp.eye(k, dtype=mean.dtype)
+    mean = geometric_mean(cov_x, cov_g, xp) / level
+    identity = xp.eye(p, dtype=mean.dtype)
     mean = xp.where(measured[:, None] & measured[None], mean, identity)
     finite = xp.all(xp.isfinite(mean))
     mean = xp.where(finite, mean, identity)
@@ -412,202 +389,105 @@ def _remeasured(
         & ((mu > threshold) | (shrink & (mu * threshold < 1.0)))
     )
     t = xp.where(off, xp.sqrt(xp.where(off, mu, 1.0)), 1.0)
-    half_product = (1.0 + r.factors)[:, None] * (w * t)  # diag(1 + c) W diag(t)
+    coordinates = span.T @ r.basis  # Q in the span's coordinates (p, k)
+    local_root = identity + (coordinates * r.factors) @ coordinates.T  # S_V
+    half_product = local_root @ (w * t)  # S_V W diag(t)
     lam, vectors = xp.linalg.eigh(half_product @ half_product.T)
     lam = xp.maximum(lam, xp.finfo(lam.dtype).tiny)
-    basis = r.basis @ vectors
-    remeasured = LowRankSqrt(r.scale, basis, xp.sqrt(lam) - 1.0)
+    keep = xp.argsort(-xp.abs(xp.log(lam)))[: r.basis.shape[-1]]
+    basis = span @ vectors[:, keep]
+    measured_root = LowRankSqrt(r.scale, basis, xp.sqrt(lam[keep]) - 1.0)
     # R'^T g = S' D^{1/2} g = S' S^{-1} R^T g
-    g = _apply(basis, remeasured.factors, _apply(r.basis, _inverse_factors(r), whitened_grad))
+    g = _apply(basis, measured_root.factors, _apply(r.basis, _inverse_factors(r), whitened_grad))
     changed = xp.any(off)
     out = jax.tree.map(
-        lambda new, old: xp.where(changed, new, old), (remeasured, g), (r, whitened_grad)
+        lambda new, old: xp.where(changed, new, old), (measured_root, g), (r, whitened_grad)
     )
     return (*out, xp.max(xp.maximum(t, 1.0 / t)) ** 2)
 
 
-class _KeptRows(NamedTuple):
-    """The kept rows as the root ``r0`` that whitened them sees them (``draws`` ``Z``,
-    ``grads`` ``G``, ``(m, d)``), their coordinates along its directions ``Q_0``, and their
-    products ``(Z Z^T, Z G^T, G G^T)``: what any other root of the same ``D`` sees of them
-    follows in ``O(m d k)`` (:func:`_through`)."""
-
-    r0: LowRankSqrt
-    draws: jax.Array
-    grads: jax.Array
-    along_x: jax.Array
-    along_g: jax.Array
-    products: tuple
+def _remeasured(
+    r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, allowed, xp, shrink=True
+):
+    """:func:`_measured_in` the span of ``R``'s own directions ``Q`` (``along_x``,
+    ``along_g`` ``(m, k)``: the coordinates along ``Q``): ``R`` given the covariance the
+    kept draws measure there."""
+    span = _orthonormal(r.basis, xp)
+    turn = span.T @ r.basis  # Q = V (V^T Q): the coordinates along V from those along Q
+    along_x, along_g = along_x @ turn.T, along_g @ turn.T
+    return _measured_in(r, span, along_x, along_g, fisher_scale, allowed, whitened_grad, xp, shrink)
 
 
-def _through(kept: _KeptRows, r: LowRankSqrt, xp):
-    """``(products, along_x, along_g, scaled)``: the kept rows as the root ``r`` (the same
-    ``D``) sees them: their products ``(Z' Z'^T, Z' G'^T, G' G'^T)``, their coordinates
-    along ``r``'s directions ``Q`` ``(m, k)``, and ``(Y Q, H Q)``, ``Y`` the draws and
-    ``H`` the gradients in ``D``-scaled coordinates (``D^(-1/2) (x - origin) = S_0 z``,
-    ``D^(1/2) g = S_0^{-1} psi``).
-
-    ``Z' = Y S^{-1}``, ``G' = H S``, and ``(I + Q diag(e) Q^T)^2 = I + Q diag(2 e + e^2)
-    Q^T``: every product is the old one plus rank-``k`` terms (``Z' G'^T = Z G^T``: ``S`` and
-    ``S^{-1}`` cancel), from the rows' coordinates along ``Q_0`` and ``Q``; no new ``(m, d)``
-    rows."""
-    r0 = kept.r0
-    xx, xg, gg = kept.products
-    c0, inverse0 = r0.factors, _inverse_factors(r0)
-    overlap = r0.basis.T @ r.basis
-    y = kept.draws @ r.basis + (kept.along_x * c0) @ overlap  # Y Q
-    h = kept.grads @ r.basis + (kept.along_g * inverse0) @ overlap  # H Q
-    yy = xx + (kept.along_x * (2.0 * c0 + c0**2)) @ kept.along_x.T
-    hh = gg + (kept.along_g * (2.0 * inverse0 + inverse0**2)) @ kept.along_g.T
-    c, inverse = r.factors, _inverse_factors(r)
-    products = (
-        yy + (y * (2.0 * inverse + inverse**2)) @ y.T,
-        xg,
-        hh + (h * (2.0 * c + c**2)) @ h.T,
-    )
-    return products, y / (1.0 + c), h * (1.0 + c), (y, h)
-
-
-def _combined(kept: _KeptRows, r: LowRankSqrt, scaled, of_draws, of_grads):
-    """``Z'^T a + G'^T b`` ``(d, p)``: combinations of the kept rows as ``r`` sees them
-    (:func:`_through`; ``scaled``: its ``(Y Q, H Q)``), ``a`` and ``b`` ``(m, p)``."""
-    r0 = kept.r0
-    y_a = kept.draws.T @ of_draws + r0.basis @ (r0.factors[:, None] * (kept.along_x.T @ of_draws))
-    h_b = kept.grads.T @ of_grads + r0.basis @ (
-        _inverse_factors(r0)[:, None] * (kept.along_g.T @ of_grads)
-    )
-    y, h = scaled
-    return (
-        y_a
-        + r.basis @ (_inverse_factors(r)[:, None] * (y.T @ of_draws))
-        + h_b
-        + r.basis @ (r.factors[:, None] * (h.T @ of_grads))
-    )
-
-
-def _remeasured_through(kept: _KeptRows, r, whitened_grad, sum_q, dim, n, allowed, xp):
-    """:func:`_remeasured` of the root ``r`` on the kept rows as it sees them; ``sum_q``:
-    the sum of ``|R_0^T g|^2`` over the draws, the Fisher scale's, rescaled to ``r`` by the
-    kept gradients' share of the change."""
-    products, along_x, along_g, _ = _through(kept, r, xp)
-    scale = dim * n / (sum_q * xp.trace(products[2]) / xp.trace(kept.products[2]))
-    return _remeasured(r, whitened_grad, along_x, along_g, scale, allowed, xp, shrink=False)
+def _rows_through(basis, factors, rows):
+    """``rows (I + Q diag(c) Q^T)`` (each row ``v^T`` to ``((I + Q c Q^T) v)^T``)."""
+    return rows + ((rows @ basis) * factors) @ basis.T
 
 
 def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):
     """:func:`widened_root` of a :class:`LowRankSqrt` from the ``m`` kept draws.
 
     With ``m`` draws in ``d >> m`` dimensions, the draws' own covariance is far from the
-    posterior's in their span (each draw's direction carries about ``d / m`` of variance),
-    and the geometric mean in the span of the draws and gradients (Seyboldt et al.'s
-    low-rank estimate, nutpie's) finds the loose directions but not their sizes. So the
-    first half of the kept draws chooses the directions (that geometric mean's
-    eigenvectors), and the other half, independent of the choice, measures the variance
-    along each: where it exceeds the Fisher scale by :data:`WIDENING_THRESHOLD`, ``R`` is
-    widened to it, if the second half, choosing in turn, agrees on the direction
-    (:data:`LOW_RANK_MIN_AGREEMENT`). Of the directions widened, the ``k`` widened most are
-    combined with ``R``'s own, and the ``k`` farthest from the rest kept (the form of
-    :mod:`fisher_mala.low_rank`: a widening weaker than a kept direction's stiffness or
-    looseness gives way to it).
+    posterior's (each draw's direction carries about ``d / m`` of variance), and their
+    principal directions hold almost none of a loose direction 100 times the rest (at
+    ``d = 10^5``: 0.01 to 0.05 of each of the race Gaussian's four,
+    ``docs/large_problems.md``). The gradients fix that: for a Gaussian they are linear in
+    the draws, so whatever the metric gets right cancels out of ``z + psi`` exactly. In
+    three steps, each exact for a Gaussian:
 
-    Before that, ``R`` is measured on all the kept draws in the span of its own directions
-    (:func:`_remeasured`), and the draws are seen through the root that gives them their
-    measured covariance there. After it, the widened root is measured again in the span of
-    its directions, now holding the loose ones found, and widened where that measure is
-    looser still: the draws of a half are a short stretch of a chain that has not yet
-    moved far along a loose direction, and their variance along it falls short of the
-    posterior's (``docs/large_problems.md``, the race's Gaussian), where the geometric
-    mean, which the gradients make
-    exact for a Gaussian's eigendirections however short the stretch, does not. It only
-    widens: along a direction that mixes a loose one with others the geometric mean falls
-    short instead (the precision there is the others'), and where the draws mix well their
-    variance was right (``tests/test_geometric_widening.py``, independent draws).
+    1. **The diagonal.** Per coordinate of the whitened draws, ``sqrt(Var z_i / Var
+       psi_i)`` over its median (:func:`_coordinate_ratios`) rescales ``D``: the Fisher
+       phase's diagonal is learned from few signals per coordinate when ``d`` is large (at
+       ``d = 10^5``, marginal variances 0.67 to 1.77 of the rest between the 1st and 99th
+       percentiles), and every coordinate it leaves wrong adds to the residuals' noise. A
+       uniform ``D`` (``low_rank_diagonal="unit"``) stays uniform;
+    2. **Where ``R`` is wrong.** The principal directions of the residuals ``z / w + psi *
+       w`` (``w^2``: the same ratio, so the residuals are those of the corrected ``D`` up to
+       ``Q``'s turn; :func:`_residual_directions`), :data:`LOW_RANK_RESIDUAL_PER_RANK`
+       ``k`` of them (fewer where ``m`` is short for them: ``k + p <= m / 2``);
+    3. **How wrong.** In the span of those and ``R``'s own directions, the geometric mean
+       of the draws' and gradients' covariances (:func:`_measured_in`) over the level the
+       diagonal was scaled to, and ``R`` given it where it is off by
+       :data:`LOW_RANK_REMEASURE_THRESHOLD` either way; the ``k`` directions farthest from
+       the rest kept.
 
-    Memory: the kept rows (``2 m d`` numbers), products of them ``(m, m)`` and the ``k``
-    directions ``(d, k)``: no ``d x m`` basis is formed.
+    Memory: the kept rows (``2 m d`` numbers), one ``(m, d)`` array of residuals, products
+    of rows ``(m, m)`` and the span ``(d, k + p)``.
     """
     allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
-    m = moments.draws.shape[0]
-    half = m // 2
-    dim = moments.draws.shape[-1]
-    draws, grads = moments.draws, moments.grads  # the draws whitened
-    n = xp.asarray(count, moments.sum_q.dtype)
-    # every product of two kept rows, from three products of the whole buffers (slices of
-    # the (m, m) results, not of the (m, d) rows: no copy of the rows)
-    products = (draws @ draws.T, draws @ grads.T, grads @ grads.T)
-    kept = _KeptRows(r, draws, grads, draws @ r.basis, grads @ r.basis, products)
-    r, whitened_grad, remeasured = _remeasured(
-        r, whitened_grad, kept.along_x, kept.along_g, dim * n / moments.sum_q, allowed, xp
+    draws, grads = moments.draws, moments.grads  # whitened by R: z = S^-1 y, psi = S h
+    m = draws.shape[0]
+    rank = r.basis.shape[-1]
+    ratio, _, level = _coordinate_ratios(draws, grads, xp)
+    # a uniform D (`low_rank_diagonal="unit"`, the user's choice) stays uniform
+    uniform = xp.all(r.scale == r.scale[0])
+    correction = xp.where(uniform, 1.0, ratio)
+    root = xp.sqrt(correction)
+    corrected = LowRankSqrt(r.scale * root, r.basis, r.factors)
+    # R1 = (D E)^(1/2) S: z1 = S^-1 E^(-1/2) S z, psi1 = S E^(1/2) S^-1 psi (rows)
+    inverse = _inverse_factors(r)
+
+    def draws_along(v):  # z1 v = z S E^(-1/2) S^-1 v
+        return draws @ _apply(r.basis, r.factors, _apply(r.basis, inverse, v) / root[:, None])
+
+    def grads_along(v):  # psi1 v = psi S^-1 E^(1/2) S v
+        return grads @ _apply(r.basis, inverse, _apply(r.basis, r.factors, v) * root[:, None])
+
+    g = _apply(r.basis, r.factors, _apply(r.basis, inverse, whitened_grad) * root)
+    # the residuals in the corrected coordinates, up to Q's turn: z / sqrt(e) ~ z1
+    weights = xp.sqrt(ratio * level)
+    count_residual = min(LOW_RANK_RESIDUAL_PER_RANK * rank, max(m // 2 - rank, 0))
+    columns = [r.basis]
+    if count_residual:
+        columns.append(_residual_directions(draws, grads, weights, count_residual, xp))
+    span = _orthonormal(xp.concatenate(columns, axis=1), xp)
+    widened, g, factor = _measured_in(
+        corrected, span, draws_along(span), grads_along(span), level, allowed, g, xp
     )
-    (xx, xg, gg), _, _, scaled = _through(kept, r, xp)  # seen through R'
-    # the Fisher scale through R': the kept gradients' share of the change
-    sum_q = moments.sum_q * (xp.trace(gg) / xp.trace(products[2]))
-    one, two = slice(0, half), slice(half, 2 * half)
-
-    def gram(a, b):  # [X_a; G_a] [X_b; G_b]^T, X_a the draws of half a, G_a their gradients
-        return xp.concatenate(
-            [
-                xp.concatenate([xx[a, b], xg[a, b]], axis=1),
-                xp.concatenate([xg[b, a].T, gg[a, b]], axis=1),
-            ],
-            axis=0,
-        )
-
-    chosen, variance = _low_rank_candidates(gram(one, one), gram(two, one)[:half], xp)
-    others, other_variance = _low_rank_candidates(gram(two, two), gram(one, two)[:half], xp)
-    fisher_scale = dim * n / sum_q
-    # A measured variance is a chi-square of half - 1 degrees of freedom: a direction
-    # counts only where even its lower two-sigma bound is above the Fisher scale.
-    spread = 2.0 * np.sqrt(2.0 / (half - 1))
-
-    def loose(variance):
-        ratio = variance / fisher_scale
-        return ratio, (ratio > WIDENING_THRESHOLD) & (ratio * (1.0 - spread) > 1.0)
-
-    ratio, found = loose(variance)
-    _, found_again = loose(other_variance)
-    # the overlap of the two halves' directions: (Y2^T P c2)^T (Y1^T P c1)
-    overlap = others.T @ gram(two, one) @ chosen
-    agreement = xp.sum(overlap**2 * found_again[:, None], axis=0)
-    widen = allowed & found & (agreement >= LOW_RANK_MIN_AGREEMENT)
-    extra = _multipliers(ratio, widen, xp)
-    top = xp.argsort(-extra)[: r.basis.shape[-1]]  # the k widened most (0: not widened)
-    top_chosen = chosen[:, top]
-    rest = xp.zeros((m - half, top_chosen.shape[1]), top_chosen.dtype)  # the other half
-    of_draws = xp.concatenate([top_chosen[:half], rest], axis=0)
-    of_grads = xp.concatenate([top_chosen[half:], rest], axis=0)
-    directions = _combined(kept, r, scaled, of_draws, of_grads)  # X'^T a + G'^T b
-    widened, g = low_rank_widened(r, directions, extra[top], whitened_grad, xp)
-    widened, g, again = _remeasured_through(kept, widened, g, moments.sum_q, dim, n, allowed, xp)
-    return widened, g, xp.maximum((1.0 + xp.max(extra)) ** 2, xp.maximum(remeasured, again))
-
-
-def low_rank_widened(r: LowRankSqrt, directions, extra, whitened_grad, xp=jnp):
-    """``(R', R'^T g)``: a rank-``k`` :class:`LowRankSqrt` ``R'`` with ``R' R'^T = R (I + V
-    diag(m) V^T)^2 R^T`` (``V`` = ``directions``, orthonormal columns; ``m`` = ``extra``)
-    where that has at most ``k`` directions away from the rest, else its ``k`` farthest
-    from it (log scale), and the whitened gradient ``R'^T g`` of the state whose ``R^T g``
-    is ``whitened_grad``.
-
-    In ``D``-scaled coordinates ``R R^T = S^2``, ``S = I + Q diag(c) Q^T``, and the widened
-    operator ``S (I + V diag((1 + m)^2 - 1) V^T) S`` is the identity outside ``span[Q,
-    V]``: its eigenpairs there give ``Q'`` and ``c'``.
-    """
-    basis, factors = r.basis, r.factors
-    around = _orthonormal(xp.concatenate([basis, directions], axis=1), xp)
-    image = _apply(basis, factors, around)
-    image = _apply(directions, (1.0 + extra) ** 2 - 1.0, image)
-    image = _apply(basis, factors, image)
-    local = around.T @ image
-    lam, local_vectors = xp.linalg.eigh(0.5 * (local + local.T))
-    lam = xp.maximum(lam, xp.finfo(lam.dtype).tiny)
-    keep = xp.argsort(-xp.abs(xp.log(lam)))[: basis.shape[-1]]
-    new_basis = around @ local_vectors[:, keep]
-    new_factors = xp.sqrt(lam[keep]) - 1.0
-    # R'^T g = S' D^{1/2} g and g = D^{-1/2} S^{-1} R^T g: S' S^{-1} applied to R^T g
-    g = _apply(basis, _inverse_factors(r), whitened_grad)
-    g = _apply(new_basis, new_factors, g)
-    return LowRankSqrt(r.scale, new_basis, new_factors), g
+    factor = xp.maximum(factor, xp.max(xp.maximum(correction, 1.0 / correction)))
+    out = jax.tree.map(
+        lambda new, old: xp.where(allowed, new, old), (widened, g), (r, whitened_grad)
+    )
+    return (*out, xp.where(allowed, factor, 1.0))
 
 
 def widen(state, moments: Moments, count):

@@ -295,33 +295,6 @@ def _low_rank_root(rng, dim, rank, active):
                        jnp.asarray(factors))  # fmt: skip
 
 
-def test_low_rank_widened_equals_dense_linear_algebra():
-    """R' R'^T = R (I + V diag(m) V^T)^2 R^T and R'^T g = R'^T R^{-T} (R^T g), in float64,
-    when the widened operator has at most k directions away from the identity."""
-    with jax.enable_x64(True):
-        rng = np.random.default_rng(5)
-        dim, rank = 12, 8
-        root = _low_rank_root(rng, dim, rank, active=3)
-        directions = np.linalg.qr(rng.normal(size=(dim, 4)))[0]
-        extra = np.array([0.0, 2.5, 0.0, 0.7])  # two directions widened
-        whitened = rng.normal(size=dim)
-        new, g = gw.low_rank_widened(root, jnp.asarray(directions), jnp.asarray(extra),
-                                     jnp.asarray(whitened))  # fmt: skip
-        r = np.asarray(square_roots.dense(root))
-        widened = r @ (np.eye(dim) + directions @ np.diag(extra) @ directions.T)
-        r_new = np.asarray(square_roots.dense(new))
-        np.testing.assert_allclose(r_new @ r_new.T, widened @ widened.T, rtol=1e-10, atol=1e-12)
-        raw = np.linalg.solve(r.T, whitened)  # the gradient whose R^T g is `whitened`
-        np.testing.assert_allclose(g, r_new.T @ raw, rtol=1e-10, atol=1e-12)
-        # the host's NumPy twin gives the same operator
-        new_np, g_np = gw.low_rank_widened(
-            jax.tree.map(np.asarray, root), directions, extra, whitened, np
-        )
-        r_np = np.asarray(square_roots.dense(jax.tree.map(jnp.asarray, new_np)))
-        np.testing.assert_allclose(r_np @ r_np.T, r_new @ r_new.T, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(g_np, g, rtol=1e-10, atol=1e-12)
-
-
 def _kept_draws(x, whitened_grads, root):
     first = FisherHMCState(jnp.zeros(x.shape[1]), 0.0, whitened_grads[0], root)
     moments = gw.moments_init(first, len(x) + gw.WIDENING_MIN_EXTRA_DRAWS)
@@ -405,10 +378,11 @@ def test_low_rank_widening_point_and_kept_draws():
 
 
 def test_low_rank_widening_holds_the_kept_rows_and_little_more():
-    """The compiled low-rank widening forms products of the kept rows (m x m) and the k
-    directions it widens (d x k), never a d x m basis: XLA's memory analysis of its
-    program (arguments, outputs, temporaries) is within 1.3 times the kept rows' bytes
-    (2 m d numbers) at d = 20 000, k = 8, m = 256 (4.0 times before it did so)."""
+    """The compiled low-rank widening forms the kept rows' residuals (one m x d array),
+    products of rows (m x m) and the span it measures in (d x 4k), never a d x m basis:
+    XLA's memory analysis of its program (arguments, outputs, temporaries) is within 1.7
+    times the kept rows' bytes (2 m d numbers; the residuals add 0.5) at d = 20 000, k = 8,
+    m = 256 (1.6 measured; 4.0 times when it formed a d x m basis)."""
     from fisher_mala import low_rank
 
     dim, rank = 20_000, 8
@@ -430,7 +404,7 @@ def test_low_rank_widening_holds_the_kept_rows_and_little_more():
         memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
     )
     kept = 4 * 2 * rows * dim
-    assert program < 1.3 * kept, program / kept
+    assert program < 1.7 * kept, program / kept
 
 
 def _in_span(root, a):
@@ -504,32 +478,6 @@ def test_low_rank_remeasure_takes_the_covariance_measured_in_the_span_of_q():
             assert 3.0 < loose_mix < 5.0 and 0.9 < stiff_mix < 1.1, (loose_mix, stiff_mix)
 
 
-def test_the_kept_rows_through_another_root_equal_dense_linear_algebra():
-    """``gw._through`` and ``gw._combined``: the kept rows' products, their coordinates
-    along the new root's directions and combinations of them, as a root of the same ``D``
-    other than the one that whitened them sees them, equal dense float64 linear algebra."""
-    with jax.enable_x64(True):
-        rng = np.random.default_rng(13)
-        dim, m, rank = 40, 12, 3
-        r0 = _low_rank_root(rng, dim, rank, active=3)
-        r1 = _low_rank_root(rng, dim, rank, active=2)._replace(scale=r0.scale)
-        dense0, dense1 = np.asarray(square_roots.dense(r0)), np.asarray(square_roots.dense(r1))
-        x, g = rng.normal(size=(m, dim)), rng.normal(size=(m, dim))
-        z, psi = np.linalg.solve(dense0, x.T).T, g @ dense0
-        products = (z @ z.T, z @ psi.T, psi @ psi.T)
-        z, psi = jnp.asarray(z), jnp.asarray(psi)
-        kept = gw._KeptRows(r0, z, psi, z @ r0.basis, psi @ r0.basis, products)
-        products, along_x, along_g, scaled = gw._through(kept, r1, jnp)
-        z1, psi1 = np.linalg.solve(dense1, x.T).T, g @ dense1
-        for a, b in zip(products, (z1 @ z1.T, z1 @ psi1.T, psi1 @ psi1.T), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
-        np.testing.assert_allclose(along_x, z1 @ np.asarray(r1.basis), rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(along_g, psi1 @ np.asarray(r1.basis), rtol=1e-10, atol=1e-12)
-        a, b = rng.normal(size=(m, 2)), rng.normal(size=(m, 2))
-        combined = gw._combined(kept, r1, scaled, jnp.asarray(a), jnp.asarray(b))
-        np.testing.assert_allclose(combined, z1.T @ a + psi1.T @ b, rtol=1e-10, atol=1e-10)
-
-
 def test_low_rank_remeasure_ignores_a_direction_the_draws_did_not_move_along():
     """Kept draws that did not move along one of R's directions (a chain stuck there) leave
     R's variance there alone instead of shrinking R to zero along it, and so does a
@@ -551,3 +499,123 @@ def test_low_rank_remeasure_ignores_a_direction_the_draws_did_not_move_along():
         np.testing.assert_allclose(ratio[:2], 1.0, rtol=0.05)
         assert 2.0 < ratio[2] < 5.0 and 2.0 < float(factor) < 5.0, (ratio, factor)
         assert np.all(np.isfinite(np.asarray(new.factors))) and np.all(np.asarray(new.factors) > -1)
+
+
+def test_the_coordinate_ratios_read_a_diagonal_gaussian_from_a_few_draws():
+    """``sqrt(Var z_i / Var psi_i)`` over its median: for a Gaussian whose precision is
+    diagonal the gradient is ``-z / v_i`` coordinate by coordinate, and five draws give
+    each ``v_i`` to rounding; a coordinate the chain did not move along is no measurement
+    (ratio 1)."""
+    rng = np.random.default_rng(3)
+    variances = np.exp(rng.uniform(-3, 3, 50))
+    z = rng.normal(size=(5, 50)) * np.sqrt(variances)
+    z[:, 7] = 0.25  # never moved
+    psi = -z / variances
+    psi[:, 7] = rng.normal(size=5)
+    ratio, measured, median = gw._coordinate_ratios(z, psi, np)
+    assert not measured[7] and ratio[7] == 1.0
+    keep = np.arange(50) != 7
+    np.testing.assert_allclose(ratio[keep] * median, variances[keep], rtol=1e-12)
+    np.testing.assert_allclose(median, np.median(variances[keep]), rtol=1e-12)
+
+
+def test_the_residual_directions_span_exactly_where_the_metric_is_wrong():
+    """For a Gaussian whose whitened precision is ``B = I - U L U^T`` (rank 6, loose and
+    stiff), ``z + psi = U L U^T z``: the 6 principal directions of the residuals span
+    ``U`` to rounding, from 40 draws in d = 3000 (the draws' own 6 principal directions
+    hold 0.81, 0.64 and 0.48 of the three loose columns)."""
+    rng = np.random.default_rng(4)
+    dim, m = 3000, 40
+    u = np.linalg.qr(rng.normal(size=(dim, 6)))[0]
+    spectrum = np.array([100.0, 50.0, 30.0, 0.1, 0.05, 0.02])  # covariance along U
+    z = rng.normal(size=(m, dim))
+    z += (z @ u) * (np.sqrt(spectrum) - 1.0) @ u.T
+    psi = -(z + (z @ u) * (1.0 / spectrum - 1.0) @ u.T)  # -B z, B the precision
+    found = gw._residual_directions(z, psi, np.ones(dim), 6, np)
+    np.testing.assert_allclose(found.T @ found, np.eye(6), atol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(found.T @ u, axis=0), 1.0, atol=1e-10)
+
+
+def test_the_measure_in_a_span_equals_dense_linear_algebra():
+    """``gw._measured_in``: ``R' R'^T = R (I + V W diag(t^2 - 1) W^T V^T) R^T`` (``W, mu``
+    the eigenpairs of the geometric mean of the draws' and gradients' covariances along
+    ``V`` over the level, ``t^2 = mu`` past the threshold either way, 1 elsewhere) where
+    that has at most ``k`` directions away from the rest; ``R'^T g`` the new root's; and
+    the factor the largest ``max(t, 1 / t)^2``. Float64, d = 40, k = 4 (two factors away
+    from 0), a span of 10 columns holding ``Q``."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(5)
+        dim, k, p, m, level = 40, 4, 10, 200, 0.7
+        root = _low_rank_root(rng, dim, k, active=2)
+        span = np.linalg.qr(np.concatenate([root.basis, rng.normal(size=(dim, p - k))], 1))[0]
+        # the draws' covariance along the span: the level except along two mixtures
+        target = np.eye(p) * level
+        mix = np.linalg.qr(rng.normal(size=(p, 2)))[0]
+        target += mix @ np.diag([5.0 * level, -0.6 * level]) @ mix.T
+        along_x = rng.normal(size=(m, p)) @ np.linalg.cholesky(target).T
+        along_g = -np.linalg.solve(target, along_x.T).T  # a Gaussian's: -C^-1 x
+        g = rng.normal(size=dim)
+        for xp in (jnp, np):
+            new, g_new, factor = gw._measured_in(
+                jax.tree.map(xp.asarray, root), xp.asarray(span), xp.asarray(along_x),
+                xp.asarray(along_g), level, True, xp.asarray(g), xp)  # fmt: skip
+            cx, cg = np.cov(along_x.T), np.cov(along_g.T)
+            mu, w = np.linalg.eigh(np.asarray(gw.geometric_mean(cx, cg, np)) / level)
+            off = (mu > gw.LOW_RANK_REMEASURE_THRESHOLD) | (
+                mu * gw.LOW_RANK_REMEASURE_THRESHOLD < 1.0
+            )
+            assert off.sum() == 2
+            t2 = np.where(off, mu, 1.0)
+            r = np.asarray(square_roots.dense(root))
+            change = np.eye(dim) + span @ w @ np.diag(t2 - 1.0) @ w.T @ span.T
+            r_new = np.asarray(square_roots.dense(new))
+            np.testing.assert_allclose(r_new @ r_new.T, r @ change @ r.T, atol=1e-9)
+            np.testing.assert_allclose(np.asarray(g_new), r_new.T @ np.linalg.solve(r.T, g),
+                                       atol=1e-9)  # fmt: skip
+            np.testing.assert_allclose(float(factor), np.max(np.maximum(t2, 1.0 / t2)))
+
+
+def test_low_rank_widening_whitens_a_large_gaussian_the_draws_alone_do_not():
+    """d = 20 000, ``m = 256`` independent draws seen through a rank-8 root with zero
+    factors whose ``D`` is off by 25% per coordinate (log-normal), as a short Fisher
+    phase leaves it at large ``d``; the posterior ``D_t^(1/2) (I + U diag(S - 1) U^T)
+    D_t^(1/2)`` with four loose directions (100 to 20 times the rest) and two stiff ones.
+    After the widening the whitened covariance ``R^-1 Sigma R^-T`` has a condition number
+    under 3 (2607 before, 1.75 after)."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    rng = np.random.default_rng(8)
+    dim, m = 20_000, gw.LOW_RANK_MAX_DRAWS
+    diagonal = np.exp(rng.uniform(-2, 2, dim))
+    u = np.linalg.qr(rng.normal(size=(dim, 6)))[0]
+    spectrum = np.array([100.0, 50.0, 30.0, 20.0, 0.1, 0.05])
+    eps = rng.normal(size=(m, dim))
+    x = np.sqrt(diagonal) * (eps + (eps @ u) * (np.sqrt(spectrum) - 1.0) @ u.T)
+    y = x / np.sqrt(diagonal)
+    grads = -(y + (y @ u) * (1.0 / spectrum - 1.0) @ u.T) / np.sqrt(diagonal)  # -Sigma^-1 x
+    scale = np.sqrt(diagonal) * np.exp(0.25 * rng.normal(size=dim))
+    root = LowRankSqrt(scale, np.linalg.qr(rng.normal(size=(dim, 8)))[0], np.zeros(8))
+    z, psi = x / scale, grads * scale  # R^-1 x and R^T g with zero factors
+    q = np.sum(psi**2, axis=1)
+    moments = gw.LowRankMoments(np.zeros(dim), z, psi, np.sum(q), np.sum(q**2), np.asarray(m))
+
+    def condition(r):
+        inverse = 1.0 / (1.0 + r.factors) - 1.0
+
+        def whitened(v):
+            v = np.ravel(v)
+            w = (v + r.basis @ (inverse * (r.basis.T @ v))) / r.scale
+            w = np.sqrt(diagonal) * w
+            w = np.sqrt(diagonal) * (w + u @ ((spectrum - 1.0) * (u.T @ w)))
+            w = w / r.scale
+            return w + r.basis @ (inverse * (r.basis.T @ w))
+
+        op = LinearOperator((dim, dim), whitened, dtype=np.float64)
+        top = eigsh(op, k=1, which="LA", return_eigenvectors=False)[0]
+        bottom = eigsh(op, k=1, which="SA", return_eigenvectors=False)[0]
+        return top / bottom
+
+    assert condition(root) > 500
+    widened, _, factor = gw.widened_root(root, psi[-1], moments, m, np)
+    assert condition(widened) < 3.0, condition(widened)
+    assert factor > 10.0
