@@ -18,12 +18,12 @@ then linear in the position: ``M`` is the covariance. Where ``M`` exceeds the Fi
 and the step size is tuned again in the phase's second half. Directions within the
 threshold keep the Fisher metric untouched (bit for bit: the chain is then the one of an
 unsplit phase). A low-rank ``R`` (:class:`~fisher_mala.square_roots.LowRankSqrt`) keeps
-the half's last draws instead of ``d x d`` sums (:class:`LowRankMoments`): half of them
-choose the directions, half measure them (:func:`_widened_low_rank`); before that, ``R``
-is measured on all of them in the span of its own ``k`` directions and given the
-covariance they show there, either way, where it is far from what ``R`` says
-(:func:`_remeasured`), and after it, the widened root once more, toward looser only.
-Nothing is widened
+the half's last draws instead of ``d x d`` sums (:class:`LowRankMoments`), and on them
+rescales its diagonal per coordinate, finds where it is wrong from the principal
+directions of the draws' and gradients' residuals (zero along every direction ``R`` gets
+right, for a Gaussian exactly), and takes the geometric-mean covariance in the span of
+those and its own ``k`` directions, either way, where it is far from what ``R`` says
+(:func:`_widened_low_rank`). Nothing is widened
 in a funnel, whose gradients' sizes vary by orders of
 magnitude across the draws (:func:`gradient_kurtosis_ratio` above
 :data:`WIDENING_MAX_KURTOSIS_RATIO`): no one metric fits it, and a wider one sends the
@@ -404,23 +404,6 @@ def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitene
         lambda new, old: xp.where(changed, new, old), (measured_root, g), (r, whitened_grad)
     )
     return (*out, xp.max(xp.maximum(t, 1.0 / t)) ** 2)
-
-
-def _remeasured(
-    r: LowRankSqrt, whitened_grad, along_x, along_g, fisher_scale, allowed, xp, shrink=True
-):
-    """:func:`_measured_in` the span of ``R``'s own directions ``Q`` (``along_x``,
-    ``along_g`` ``(m, k)``: the coordinates along ``Q``): ``R`` given the covariance the
-    kept draws measure there."""
-    span = _orthonormal(r.basis, xp)
-    turn = span.T @ r.basis  # Q = V (V^T Q): the coordinates along V from those along Q
-    along_x, along_g = along_x @ turn.T, along_g @ turn.T
-    return _measured_in(r, span, along_x, along_g, fisher_scale, allowed, whitened_grad, xp, shrink)
-
-
-def _rows_through(basis, factors, rows):
-    """``rows (I + Q diag(c) Q^T)`` (each row ``v^T`` to ``((I + Q c Q^T) v)^T``)."""
-    return rows + ((rows @ basis) * factors) @ basis.T
 
 
 def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, count, xp):

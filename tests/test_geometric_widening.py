@@ -407,6 +407,15 @@ def test_low_rank_widening_holds_the_kept_rows_and_little_more():
     assert program < 1.7 * kept, program / kept
 
 
+def _remeasured(r, whitened_grad, along_x, along_g, level, allowed, xp, shrink=True):
+    """``gw._measured_in`` the span of ``R``'s own directions ``Q`` (``along_x``,
+    ``along_g`` ``(m, k)``: the coordinates along ``Q``)."""
+    span = xp.linalg.qr(r.basis)[0]
+    turn = span.T @ r.basis  # Q = V (V^T Q): the coordinates along V from those along Q
+    return gw._measured_in(r, span, along_x @ turn.T, along_g @ turn.T, level, allowed,
+                           whitened_grad, xp, shrink)  # fmt: skip
+
+
 def _in_span(root, a):
     """``Q^T D^{-1/2} A D^{-1/2} Q``: ``A`` in the span of ``root``'s directions, ``D``-scaled."""
     scaled = np.asarray(root.basis) / np.asarray(root.scale)[:, None]
@@ -415,8 +424,8 @@ def _in_span(root, a):
 
 def test_low_rank_remeasure_takes_the_covariance_measured_in_the_span_of_q():
     """R measured again on the kept draws in the span of its own directions
-    (``gw._remeasured``): on a Gaussian in d = 200 whose covariance in that span is R's
-    turned and stretched (variances 4 and 0.25 times R's along two mixtures of R's
+    (``gw._measured_in`` the span of ``Q``): on a Gaussian in d = 200 whose covariance in
+    that span is R's turned and stretched (variances 4 and 0.25 times R's along two mixtures of R's
     directions), from ``LOW_RANK_MAX_DRAWS`` independent draws, R' R'^T holds the span's
     covariance to within 20% (relative Frobenius) and equals R R^T outside it; R'^T g equals
     dense float64 linear algebra; the host's NumPy twin agrees; where R fits, nothing
@@ -441,7 +450,7 @@ def test_low_rank_remeasure_takes_the_covariance_measured_in_the_span_of_q():
             g = jnp.asarray(grads[-1] @ r)
             along_x, along_g = moments.draws @ root.basis, moments.grads @ root.basis
             scale = dim * m / moments.sum_q
-            new, g_new, factor = gw._remeasured(root, g, along_x, along_g, scale, True, jnp)
+            new, g_new, factor = _remeasured(root, g, along_x, along_g, scale, True, jnp)
             if not off:
                 assert float(factor) == 1.0
                 for a, b in zip(jax.tree.leaves((new, g_new)), jax.tree.leaves((root, g)),
@@ -460,16 +469,16 @@ def test_low_rank_remeasure_takes_the_covariance_measured_in_the_span_of_q():
             np.testing.assert_allclose(r_new @ r_new.T @ np.linalg.solve(r @ r.T, outside),
                                        outside, rtol=1e-9, atol=1e-9)  # fmt: skip
             np.testing.assert_allclose(g_new, r_new.T @ grads[-1], rtol=1e-10, atol=1e-12)
-            host = gw._remeasured(jax.tree.map(np.asarray, root), np.asarray(g),
+            host = _remeasured(jax.tree.map(np.asarray, root), np.asarray(g),
                                   np.asarray(along_x), np.asarray(along_g), float(scale), True,
                                   np)  # fmt: skip
             r_host = np.asarray(square_roots.dense(jax.tree.map(jnp.asarray, host[0])))
             np.testing.assert_allclose(r_host @ r_host.T, r_new @ r_new.T, rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(host[1], g_new, rtol=1e-9, atol=1e-12)
-            held = gw._remeasured(root, g, along_x, along_g, scale, False, jnp)
+            held = _remeasured(root, g, along_x, along_g, scale, False, jnp)
             assert float(held[2]) == 1.0
             np.testing.assert_array_equal(np.asarray(held[0].factors), np.asarray(root.factors))
-            looser, _, _ = gw._remeasured(root, g, along_x, along_g, scale, True, jnp, shrink=False)
+            looser, _, _ = _remeasured(root, g, along_x, along_g, scale, True, jnp, shrink=False)
             r_looser = np.asarray(square_roots.dense(looser))
             inverse = np.linalg.inv(root_span)  # R''s covariance in the span, whitened by R
             whitened = inverse @ _in_span(root, r_looser @ r_looser.T) @ inverse
@@ -492,7 +501,7 @@ def test_low_rank_remeasure_ignores_a_direction_the_draws_did_not_move_along():
         along_x[:, 1] *= 1e5  # a variance 1e10 times R's along q_1: a ratio of 1e5
         g = jnp.asarray(rng.normal(size=dim))
         along_x[:, 2] *= 3.0  # a variance 9 times R's along q_2: a ratio of 3, measured
-        new, _, factor = gw._remeasured(root, g, jnp.asarray(along_x), jnp.asarray(along_g),
+        new, _, factor = _remeasured(root, g, jnp.asarray(along_x), jnp.asarray(along_g),
                                         1.0, True, jnp)  # fmt: skip
         r, r_new = np.asarray(square_roots.dense(root)), np.asarray(square_roots.dense(new))
         ratio = np.diag(_in_span(root, r_new @ r_new.T)) / np.diag(_in_span(root, r @ r.T))
