@@ -102,10 +102,12 @@ LOW_RANK_MAX_DRAWS = 256
 LOW_RANK_MIN_DRAWS = 32
 #: Principal directions of the kept rows' residuals searched per rank (``p = 3 k``, with
 #: ``k + p <= m / 2`` so that the ``(k + p)``-dimensional covariances are measured from at
-#: least twice as many draws). On the dumped widening inputs of rank-8 Fisher NUTS on
-#: ``benchmarks.low_rank_race``'s Gaussian at ``d = 10^5`` (``python -m
+#: least twice as many draws). On the widening's inputs in the race's first chain of rank-8
+#: Fisher NUTS on ``benchmarks.low_rank_race``'s Gaussian (``python -m
 #: benchmarks.widening_residuals``), the condition number of the whitened covariance after
-#: the widening was 78, 9.2, 7.7 and 6.0 with ``p = k, 2k, 3k, 4k`` (1114 before it).
+#: the widening was 97, 10.2, 8.5 and 6.7 with ``p = k, 2k, 3k, 4k`` at ``d = 10^5`` (1114
+#: before it) and 9.6, 3.4, 2.9 and 2.6 at ``d = 1000`` (273 before): ``4k`` would keep
+#: fewer than twice the span's dimension in draws for ``k = 32``.
 LOW_RANK_RESIDUAL_PER_RANK = 3
 #: The learned directions ``Q`` of a low-rank root are measured again on all kept draws
 #: (no choice is made from them, so no half is set aside): in their span, the ``k x k``
