@@ -498,7 +498,7 @@ def main(argv=None) -> None:
     parser.add_argument("--draws", type=int, default=40,
                         help="--probe: draws (100 or more: R's fit too)")  # fmt: skip
     parser.add_argument("--remeasure", choices=("on", "off"), default="on",
-                        help="--probe: off: LOW_RANK_REMEASURE_THRESHOLD infinite")  # fmt: skip
+                        help="--probe: off: the widening rescales D only")  # fmt: skip
     parser.add_argument("--diagonal", choices=("learned", "unit", "whitened"),
                         default="whitened", help="--probe: low_rank_diagonal")  # fmt: skip
     parser.add_argument("--chains", type=int, default=1,
