@@ -109,12 +109,12 @@ LOW_RANK_MIN_DRAWS = 32
 #: before it) and 9.6, 3.4, 2.9 and 2.6 at ``d = 1000`` (273 before): ``4k`` would keep
 #: fewer than twice the span's dimension in draws for ``k = 32``.
 LOW_RANK_RESIDUAL_PER_RANK = 3
-#: The learned directions ``Q`` of a low-rank root are measured again on all kept draws
-#: (no choice is made from them, so no half is set aside): in their span, the ``k x k``
-#: geometric mean of the whitened draws' and gradients' covariances (exact for a Gaussian
-#: whose eigendirections ``Q`` spans, as ``M`` above) over the Fisher scale; along each of
-#: its eigenvectors whose eigenvalue is above this, or below its inverse, ``R`` takes that
-#: variance. The recursion's
+#: The low-rank widening measures ``R`` on all kept draws in the span of its directions
+#: ``Q`` and the residuals' (:func:`_measured_in`): the geometric mean of the whitened
+#: draws' and gradients' covariances there (exact for a Gaussian whose eigendirections the
+#: span holds, as ``M`` above) over the level of the rest (the coordinates' median ratio);
+#: along each of its eigenvectors whose eigenvalue is above this, or below its inverse,
+#: ``R`` takes that variance. The recursion's
 #: factors can be far from the posterior's when the Fisher phase is short for ``d`` (on
 #: ``benchmarks.low_rank_race``'s hierarchical logistic regression with ``d = 10 005``,
 #: ratios of 0.45 to 4.8 along all eight of its directions, ``python -m
@@ -315,11 +315,12 @@ def _whitened(r: LowRankSqrt, x):
 
 
 def _coordinate_ratios(draws, grads, xp):
-    """``(ratio, measured)``: per coordinate of the kept rows, ``sqrt(Var z_i / Var psi_i)``
-    (nutpie's diagonal, the geometric mean of the draws' variance and the inverse of the
-    gradients'; for a Gaussian whose precision is diagonal in that coordinate, its variance
-    from any two distinct draws), and where it is a measurement (finite, within
-    :data:`LOW_RANK_REMEASURE_BOUNDS`: a coordinate the chain did not move along gives 0)."""
+    """``(ratio, measured, median)``: per coordinate of the kept rows, ``sqrt(Var z_i / Var
+    psi_i)`` over its median (nutpie's diagonal, the geometric mean of the draws' variance
+    and the inverse of the gradients'; for a Gaussian whose precision is diagonal in that
+    coordinate, its variance from any two distinct draws), 1 where it is no measurement;
+    where it is one (finite, within :data:`LOW_RANK_REMEASURE_BOUNDS` of the median: a
+    coordinate the chain did not move along gives 0); and the median itself."""
     ratio = xp.sqrt(xp.var(draws, axis=0) / xp.var(grads, axis=0))
     low, high = LOW_RANK_REMEASURE_BOUNDS
     median = xp.nanmedian(xp.where(xp.isfinite(ratio) & (ratio > 0), ratio, xp.nan))
@@ -342,8 +343,7 @@ def _residual_directions(draws, grads, weights, count: int, xp):
     return residual.T @ (vectors[:, -count:] / xp.sqrt(values))
 
 
-def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitened_grad, xp,
-                 shrink=True):  # fmt: skip
+def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitened_grad, xp):
     """``(R', R'^T g, factor)``: ``R`` given, in ``span`` (``(d, p)`` orthonormal columns
     whose span holds ``R``'s directions ``Q``), the covariance the kept draws measure there
     (``along_x``, ``along_g`` ``(m, p)``: the kept whitened draws' and gradients'
@@ -365,8 +365,7 @@ def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitene
     is the symmetric root of ``S (I + V (T^2 - I) V^T) S``, ``T = W diag(t) W^T``, which is
     the identity outside the span: in the span's coordinates ``S_V T^2 S_V`` (``S_V = I +
     V^T Q diag(c) Q^T V``), whose eigenpairs give ``Q'`` and ``c'``, the ``k`` farthest
-    from 1 (log scale) kept. ``O(d p^2)``. ``shrink=False``: only the eigenvalues above the
-    threshold are taken."""
+    from 1 (log scale) kept. ``O(d p^2)``."""
     m, p = along_x.shape
     centred_x = along_x - xp.mean(along_x, axis=0)
     centred_g = along_g - xp.mean(along_g, axis=0)
@@ -383,13 +382,7 @@ def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitene
     mean = xp.where(finite, mean, identity)
     mu, w = xp.linalg.eigh(0.5 * (mean + mean.T))
     threshold = LOW_RANK_REMEASURE_THRESHOLD
-    off = (
-        allowed
-        & finite
-        & (mu > low)
-        & (mu < high)
-        & ((mu > threshold) | (shrink & (mu * threshold < 1.0)))
-    )
+    off = allowed & finite & (mu > low) & (mu < high) & ((mu > threshold) | (mu * threshold < 1.0))
     t = xp.where(off, xp.sqrt(xp.where(off, mu, 1.0)), 1.0)
     coordinates = span.T @ r.basis  # Q in the span's coordinates (p, k)
     local_root = identity + (coordinates * r.factors) @ coordinates.T  # S_V
@@ -414,16 +407,15 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
     With ``m`` draws in ``d >> m`` dimensions, the draws' own covariance is far from the
     posterior's (each draw's direction carries about ``d / m`` of variance), and their
     principal directions hold almost none of a loose direction 100 times the rest (at
-    ``d = 10^5``: 0.01 to 0.05 of each of the race Gaussian's four,
-    ``docs/large_problems.md``). The gradients fix that: for a Gaussian they are linear in
+    ``d = 10^5``: 0.02 to 0.05 of each of the race Gaussian's rank-8 directions, ``python
+    -m benchmarks.widening_residuals``). The gradients fix that: for a Gaussian they are linear in
     the draws, so whatever the metric gets right cancels out of ``z + psi`` exactly. In
     three steps, each exact for a Gaussian:
 
     1. **The diagonal.** Per coordinate of the whitened draws, ``sqrt(Var z_i / Var
        psi_i)`` over its median (:func:`_coordinate_ratios`) rescales ``D``: the Fisher
-       phase's diagonal is learned from few signals per coordinate when ``d`` is large (at
-       ``d = 10^5``, marginal variances 0.67 to 1.77 of the rest between the 1st and 99th
-       percentiles), and every coordinate it leaves wrong adds to the residuals' noise. A
+       phase's diagonal is learned from few signals per coordinate when ``d`` is large,
+       and every coordinate it leaves wrong adds to the residuals' noise. A
        uniform ``D`` (``low_rank_diagonal="unit"``) stays uniform;
     2. **Where ``R`` is wrong.** The principal directions of the residuals ``z / w + psi *
        w`` (``w^2``: the same ratio, so the residuals are those of the corrected ``D`` up to
