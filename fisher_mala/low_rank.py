@@ -312,9 +312,8 @@ def _inverse_factors(root: LowRankSqrt) -> Array:
 
 def _apply(basis: Array, factors: Array, v: Array) -> Array:
     """``(I + Q diag(c) Q^T) v``, ``v`` a vector or the columns of a matrix."""
-    if v.ndim == 1:
-        return v + basis @ (factors * (basis.T @ v))
-    return v + basis @ (factors[:, None] * (basis.T @ v))
+    projected = jnp.einsum("dk,d...->k...", basis, v)  # Q^T v, no copy of Q^T (square_roots)
+    return v + basis @ (factors.reshape(factors.shape + (1,) * (v.ndim - 1)) * projected)
 
 
 def _ritz(state: LowRankFisherState, rank: int):
@@ -512,8 +511,9 @@ def _absorb(state: LowRankFisherState) -> LowRankFisherState:
     return state._replace(
         probe_gram=state.probe_gram + probed.T @ probed,
         gram=state.gram + projected.T @ projected,
-        products=state.products + state.signal_buffer.T @ projected,
-        position_products=state.position_products + state.position_buffer.T @ positions,
+        products=state.products + jnp.einsum("bd,bk->dk", state.signal_buffer, projected),
+        position_products=state.position_products
+        + jnp.einsum("bd,bk->dk", state.position_buffer, positions),
         signal_buffer=jnp.zeros_like(state.signal_buffer),
         position_buffer=jnp.zeros_like(state.position_buffer),
     )
