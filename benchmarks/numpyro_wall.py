@@ -7,6 +7,7 @@
     python -m benchmarks.numpyro_wall --cell count fisher_nuts 1 --again   # a second run
     python -m benchmarks.numpyro_wall --cell logistic nuts 4 --fresh   # not cached, printed
     python -m benchmarks.numpyro_wall --setup     # the kernels' model set-up, two ways
+    python -m benchmarks.numpyro_wall --compiles logistic 4   # where the seconds go
 
 Three models (a hierarchical negative-binomial count model, a logistic regression, a
 latent Gaussian-process Poisson model; synthetic data, fixed seeds), float64, 1000
@@ -306,6 +307,37 @@ def render() -> str:
     return text
 
 
+def compiles(model_name: str, chains: int) -> None:
+    """Print, for NUTS and for Fisher NUTS (1000 + 1000), ``MCMC.run``'s seconds and the
+    backend compilations of its programs (``jax.monitoring``'s duration events, the
+    longest first): NumPyro compiles its sampling loop (``_fori_collect_loop``) once per
+    chain with ``chain_method="sequential"``, whatever the kernel."""
+    from numpyro.infer import MCMC, NUTS
+
+    import fisher_mala as fm
+
+    events = []
+
+    def listener(event, duration, **kwargs):
+        if event.endswith("backend_compile_duration") and events is not None:
+            events.append((duration, kwargs.get("fun_name", "?")))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    model, args, kwargs = _models()[model_name]
+    for name, kernel in (("NUTS", NUTS(model)), ("Fisher NUTS", fm.FisherNUTSKernel(model))):
+        events.clear()
+        mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=chains,
+                    chain_method="sequential", progress_bar=False)  # fmt: skip
+        start = time.perf_counter()
+        mcmc.run(jax.random.key(0), *args, **kwargs)
+        jax.block_until_ready(mcmc.get_samples())
+        seconds = time.perf_counter() - start
+        total = sum(d for d, _ in events)
+        longest = sorted(events, reverse=True)[:6]
+        print(f"{name}: {seconds:.1f} s, of which {total:.1f} s compiling {len(events)} "
+              "programs; the longest: " + ", ".join(f"{f} {d:.2f} s" for d, f in longest))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="the table only")
@@ -321,7 +353,13 @@ def main(argv=None) -> None:
                         help="the seconds of the kernels' model set-up (see setup_seconds)")
     parser.add_argument("--again", action="store_true",
                         help="with --cell: time a second run on the same data")  # fmt: skip
+    parser.add_argument("--compiles", nargs=2, metavar=("MODEL", "CHAINS"),
+                        help="the compilations of NUTS's and Fisher NUTS's runs")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.compiles:
+        with jax.enable_x64(True):
+            compiles(args.compiles[0], int(args.compiles[1]))
+        return
     if args.suggest:
         with jax.enable_x64(True):
             print(suggested(args.suggest))
