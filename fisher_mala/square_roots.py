@@ -99,8 +99,8 @@ def _low_rank_apply(root: "LowRankSqrt", v: Array) -> Array:
     """``(I + Q diag(c) Q^T) v`` for a vector or rows of vectors.
 
     Both products contract ``Q`` as stored: a ``Q.T`` in the expression would be copied out
-    at every call inside a compiled loop (XLA:CPU does not hoist the transpose), four times
-    the cost of the products themselves at d = 10^5, k = 8 (``benchmarks.nuts_step_cost``).
+    at every call inside a compiled loop (XLA:CPU does not hoist the transpose), which at
+    large ``d`` costs more than the products themselves.
     """
     projected = jnp.einsum("...d,dk->...k", v, root.basis) * root.factors
     return v + jnp.einsum("...k,dk->...d", projected, root.basis)
