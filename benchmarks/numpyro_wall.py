@@ -319,7 +319,7 @@ def compiles(model_name: str, chains: int) -> None:
     events = []
 
     def listener(event, duration, **kwargs):
-        if event.endswith("backend_compile_duration") and events is not None:
+        if event.endswith("backend_compile_duration"):
             events.append((duration, kwargs.get("fun_name", "?")))
 
     jax.monitoring.register_event_duration_secs_listener(listener)
