@@ -7,9 +7,10 @@ arrays are small. Two executions of a compiled program started from two threads 
 once, each on its own core. So where the chains are independent (every sampler but the
 pooled ones), :func:`sample <fisher_mala.sampling.sample>` compiles each loop for one
 group of chains and runs the groups from threads, one per core: one program, draws that
-do not depend on the timing, the memory of one call. It does so up to
-``fisher_mala.sampling.GROUPS_MAX_DIM`` coordinates; above, XLA spreads one program's
-larger products over the cores itself, and the groups would compete for them.
+do not depend on the timing, the memory of one call. Batched chains are grouped up to
+``fisher_mala.sampling.GROUPS_MAX_DIM`` coordinates (above, XLA spreads a batch's matrix
+products over the cores itself, and the groups would compete for them); chains run one
+after the other at every dimension (one chain's matrix-vector products stay on one core).
 """
 
 import os

@@ -320,11 +320,15 @@ SHARED_BYTES_FOR_BATCH = 2 << 20
 #: step, the time to read about 60 and 140 float64 words per coordinate three more times
 #: at 25 GB/s. Up to about d = 4000 the absolute bound governs.
 SHARED_WORDS_PER_COORDINATE_FOR_BATCH = 64
-#: Largest dimension at which the chains of one XLA:CPU device run in groups from threads
-#: (:mod:`fisher_mala.chain_threads`). Up to d = 100 the groups gave 1.3-1.9 times the min
-#: ESS per second of one program (Fisher NUTS, FisherMALA); at d = 785 (FisherMALA on
-#: mnist56, a dense R) one program was faster, its batched products already spread over
-#: the cores by XLA (``benchmarks/chain_threads.py``).
+#: Largest dimension at which batched chains (``chain_method="vectorized"``) of one XLA:CPU
+#: device run in groups from threads (:mod:`fisher_mala.chain_threads`). Up to d = 100 the
+#: groups gave 1.3-1.9 times the min ESS per second of one program (Fisher NUTS,
+#: FisherMALA); at d = 785 (FisherMALA on mnist56, a dense R) one program was faster, its
+#: batched products already spread over the cores by XLA (``benchmarks/chain_threads.py``).
+#: Chains run one after the other (``"sequential"``) are grouped at every dimension: one
+#: chain's matrix-vector products stay on one core, and the groups gave 1.6-1.9 times the
+#: min ESS per second of one program for Fisher NUTS at d = 1000 (dense R) and d = 10 000
+#: and 100 000 (``rank=8``) (``benchmarks/chain_threads.py --large``).
 GROUPS_MAX_DIM = 128
 
 
@@ -333,10 +337,15 @@ def _dim(initial_positions) -> int:
     return sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree.leaves(initial_positions))
 
 
-def _groups(num_chains: int, initial_positions, mesh: Mesh | None) -> int:
-    """Groups of chains run at once from threads: on one XLA:CPU device (no mesh) up to
+def _groups(
+    num_chains: int, initial_positions, mesh: Mesh | None, chain_method: str = "vectorized"
+) -> int:
+    """Groups of chains run at once from threads: on one XLA:CPU device (no mesh), for
+    sequential chains at every dimension and for batched ones up to
     :data:`GROUPS_MAX_DIM` coordinates, else one program."""
-    if mesh is not None or _dim(initial_positions) > GROUPS_MAX_DIM:
+    if mesh is not None:
+        return 1
+    if chain_method != "sequential" and _dim(initial_positions) > GROUPS_MAX_DIM:
         return 1
     return chain_groups(num_chains)
 
@@ -1063,9 +1072,10 @@ def sample(
         captured arrays and ``data`` hold under ``SHARED_BYTES_FOR_BATCH`` bytes or under
         ``SHARED_WORDS_PER_COORDINATE_FOR_BATCH`` words per coordinate; else vectorized.
         Pooled samplers share one ``R`` and are always batched. On a single XLA:CPU
-        device, up to ``GROUPS_MAX_DIM`` coordinates, the chains also run in groups, one
-        per core, each group's program started from its own thread
-        (:mod:`fisher_mala.chain_threads`); the method applies within each group.
+        device the chains also run in groups, one per core, each group's program started
+        from its own thread (:mod:`fisher_mala.chain_threads`; batched chains up to
+        ``GROUPS_MAX_DIM`` coordinates, sequential ones at every dimension); the method
+        applies within each group.
     diagnose
         Run :func:`fm.diagnose` on the result and issue one
         :class:`~fisher_mala.checks.SamplingWarning` naming every failed check (R-hat,
@@ -1150,7 +1160,7 @@ def sample(
     )  # fmt: skip
     run = _Run(
         plan, logdensity_fn, num_warmup, num_draws, thinning, per_step, chain_method, mesh, bars,
-        keep, block, sink, saver, groups=_groups(num_chains, initial_positions, mesh),
+        keep, block, sink, saver, groups=_groups(num_chains, initial_positions, mesh, chain_method),
     )  # fmt: skip
     try:
         out, (compile_seconds, warmup_seconds, sampling_seconds) = run(

@@ -18,9 +18,7 @@ def test_groups_are_the_largest_divisor_of_the_chains_up_to_the_cores(chains, co
 
 def test_a_grouped_program_gives_every_chain_what_one_program_gives():
     def fn(keys, x, scale):  # per chain: its key's draw, its own value, a shared argument
-        return jax.vmap(lambda k, v: v * scale + jax.random.normal(k, v.shape))(keys, x), x.sum(
-            -1
-        )
+        return jax.vmap(lambda k, v: v * scale + jax.random.normal(k, v.shape))(keys, x), x.sum(-1)
 
     keys = jax.random.split(jax.random.key(0), 6)
     x = jnp.arange(18.0).reshape(6, 3)
@@ -77,15 +75,50 @@ def test_pooled_chains_run_as_one_program(monkeypatch):
     assert calls == [] and np.all(np.isfinite(np.asarray(result.samples)))
 
 
-def test_the_chains_are_grouped_up_to_groups_max_dim_without_a_mesh(monkeypatch):
-    """Above GROUPS_MAX_DIM XLA spreads one program's products over the cores itself."""
+def test_batched_chains_are_grouped_up_to_groups_max_dim_sequential_ones_always(monkeypatch):
+    """Above GROUPS_MAX_DIM XLA spreads a batch's products over the cores itself; one
+    chain's matrix-vector products stay on one core, so sequential chains are grouped at
+    every dimension. Never with a mesh (the chains are placed on devices)."""
     monkeypatch.setattr(sampling, "chain_groups", lambda num_chains: 2)
     small = jnp.zeros((4, sampling.GROUPS_MAX_DIM))
     large = {"a": jnp.zeros((4, sampling.GROUPS_MAX_DIM)), "b": jnp.zeros((4, 1))}
     assert sampling._groups(4, small, None) == 2
     assert sampling._groups(4, large, None) == 1
+    assert sampling._groups(4, large, None, "vectorized") == 1
+    assert sampling._groups(4, large, None, "sequential") == 2
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("chain",))
     assert sampling._groups(4, small, mesh) == 1
+    assert sampling._groups(4, large, mesh, "sequential") == 1
+
+
+def test_sequential_chains_above_groups_max_dim_run_in_groups_and_draw_the_same(monkeypatch):
+    """Fisher NUTS with ``rank=8`` above GROUPS_MAX_DIM runs its chains one after the other
+    (``chain_method="auto"`` on a CPU), now in two groups from threads: every compiled
+    stage is a grouped program, and the draws are bit-identical to one program's."""
+    dim = sampling.GROUPS_MAX_DIM + 16
+    scales = jnp.linspace(0.5, 2.0, dim)
+
+    def run(groups):
+        monkeypatch.setattr(sampling, "chain_groups", lambda num_chains: groups)
+        x0 = jax.random.normal(jax.random.key(1), (4, dim)) * 0.1
+        return fm.sample(jax.random.key(2), "fisher_nuts",
+                         lambda x: -0.5 * jnp.sum((x / scales) ** 2), x0, num_warmup=200,
+                         num_samples=40, rank=8, diagnose=False)  # fmt: skip
+
+    built = []
+    original = chain_threads.GroupedExecutable.__init__
+
+    def counted(self, fn, args, groups, mapped):
+        built.append(groups)
+        original(self, fn, args, groups, mapped)
+
+    monkeypatch.setattr(chain_threads.GroupedExecutable, "__init__", counted)
+    one = run(1)
+    assert built == []
+    two = run(2)
+    assert built and set(built) == {2}
+    np.testing.assert_array_equal(np.asarray(two.samples), np.asarray(one.samples))
+    np.testing.assert_array_equal(np.asarray(two.num_grad_evals), np.asarray(one.num_grad_evals))
 
 
 def test_a_forked_child_starts_its_own_pool():
