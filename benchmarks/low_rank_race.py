@@ -16,6 +16,8 @@ rank, at equal precision (float64 everywhere, as nutpie computes).
         --remeasure off            # R's directions not measured again in the step-size phase
     python -m benchmarks.low_rank_race --placement hierarchical_logistic_10k
                                    # the rank-8 cell batched and sequential, in turns
+    python -m benchmarks.low_rank_race --targets gaussian_lowrank --seeds 0,1,2 \
+        --samplers fisher_nuts_rank8,fisher_nuts_dense    # per gradient, three seeds
 
 Protocol of the Fisher NUTS race (``benchmarks.versus_blackjax``): 4 chains, min bulk ESS
 (ArviZ, rank-normalized, multi-chain) over every coordinate, per second of warm-up plus
@@ -255,14 +257,17 @@ def direction_ess(target, draws) -> np.ndarray:
     return fm.ess(projected, method="bulk")
 
 
-def run_cell(target_name: str, sampler: str, rerun: bool = False) -> dict:
-    path = RESULTS / target_name / f"{sampler}.json"
+def run_cell(target_name: str, sampler: str, rerun: bool = False, seed: int = 0) -> dict:
+    """One cell, cached in ``<target>/<sampler>.json`` (another ``seed``: its starts and
+    keys, in ``<target>/seed<seed>/<sampler>.json``)."""
+    folder = RESULTS / target_name / (f"seed{seed}" if seed else "")
+    path = folder / f"{sampler}.json"
     if path.exists() and not rerun:
         return json.loads(path.read_text())
     from benchmarks import versus_blackjax
 
     target = TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(0))
+    key_init, key_run = jax.random.split(jax.random.key(seed))
     positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
     start = time.perf_counter()
     if sampler == "fisher_nuts_rank8_long":
@@ -284,6 +289,30 @@ def run_cell(target_name: str, sampler: str, rerun: bool = False) -> dict:
           f"ESS/s {record['bulk_min_per_second']:9.2f} ESS/grad {record['bulk_min_per_grad']:.2e}",
           flush=True)  # fmt: skip
     return record
+
+
+def seeds_table(target_name: str, samplers: list[str], seeds: list[int]) -> str:
+    """Per-gradient min bulk ESS of ``samplers`` on ``target_name`` for each seed (0: the
+    race's cells): over the coordinates, along the rank-8 directions, and the smaller of
+    the two (the directions table's figure), with that over the last sampler's (e.g.
+    ``fisher_nuts_rank8,fisher_nuts_dense``: the rank-8 learner against the dense ``R``)."""
+
+    def per_gradient(cell):
+        coordinates = cell["bulk_min"] / cell["grad_evals"]
+        along = min(cell["directions_bulk"]) / cell["grad_evals"]
+        return coordinates, along, min(coordinates, along)
+
+    rows = []
+    for seed in seeds:
+        cells = [run_cell(target_name, sampler, seed=seed) for sampler in samplers]
+        last = per_gradient(cells[-1])[2]
+        for sampler, cell in zip(samplers, cells, strict=True):
+            figures = per_gradient(cell)
+            rows.append([seed, sampler, *(f"{v:.2e}" for v in figures),
+                         f"{figures[2] / last:.3f}"])  # fmt: skip
+    return templating.table(["seed", "sampler", "per gradient, coordinates",
+                             "per gradient, directions", "per gradient, the smaller",
+                             f"the smaller over {samplers[-1]}'s"], rows)  # fmt: skip
 
 
 #: ``--placement``: runs of the ``fisher_nuts_rank8`` cell per ``chain_method``, in turns.
@@ -509,7 +538,16 @@ def main(argv=None) -> None:
                         help="the rank-8 cell batched and sequential, in turns")  # fmt: skip
     parser.add_argument("--rerun", action="store_true",
                         help="run the cells of --targets and --samplers again, recorded or not")
+    parser.add_argument("--seeds", metavar="S1,S2,...",
+                        help="the cells of --targets and --samplers at these seeds' starts "
+                        "and keys, per gradient (the Gaussians' directions too)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.seeds:
+        with jax.enable_x64(True):
+            for target in args.targets.split(","):
+                print(seeds_table(target, args.samplers.split(","),
+                                  [int(s) for s in args.seeds.split(",")]))  # fmt: skip
+        return
     if args.placement:
         with jax.enable_x64(True):
             print(placement(args.placement))

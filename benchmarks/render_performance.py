@@ -590,7 +590,18 @@ def _chain_threads_values() -> dict:
         "threads_max_dim": out["groups_max_dim"],
         "threads_identical": sum(r["bit_identical"] for r in out["rows"]),
         "threads_cells": len(out["rows"]),
+        "threads_large_cells": _ratios_text(_load("chain_threads_large.json")),
     }
+
+
+def _ratios_text(out: dict) -> str:
+    """``target sampler (d = ...): ratio`` of each cell of ``benchmarks.chain_threads --large``
+    (one run each way: the groups' min ESS per second over one program's)."""
+    return ", ".join(
+        f"{r['target']} {r['sampler']} "
+        f"{r['threads'][0]['bulk_min_per_second'] / r['one_program'][0]['bulk_min_per_second']:.2f}"
+        for r in out["rows"]
+    )
 
 
 def _long_run_values() -> dict:

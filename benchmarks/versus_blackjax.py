@@ -43,6 +43,7 @@ from benchmarks.race_setup import FULL_PROTOCOL, POSTERIORDB, RESULTS, TARGETS, 
 from fisher_mala.sampling import (
     _auto_chain_method,
     _chain_mesh,
+    _groups,
     _shard,
     _shared_bytes,
     map_over_chains,
@@ -97,11 +98,13 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
     )
     keys = jax.random.split(key, positions.shape[0])
     # The same placement as fm.sample's Fisher NUTS: chains split over the devices, one
-    # after the other on each device in small dimension.
+    # after the other on each device in small dimension, and on one CPU device in groups
+    # run from threads, one per core, where fm.sample groups them.
     mesh = _chain_mesh(positions.shape[0], None)
     method = _auto_chain_method(  # a trajectory sampler
         True, positions, mesh, lambda: _shared_bytes(logdensity, positions)
     )
+    groups = _groups(positions.shape[0], positions, mesh, method)
     keys, positions = _shard((keys, positions), mesh)
 
     def chains(fn, *args):
@@ -110,7 +113,9 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
     def warm(keys, positions):
         return chains(lambda k, x: warmup.run(k, x, num_warmup), keys, positions)
 
-    ((states, params), info), c1, t1 = _compile_run(warm, keys, positions)
+    ((states, params), info), c1, t1 = _compile_run(
+        warm, keys, positions, groups=groups, mapped=2
+    )
     grads_warmup = np.asarray(info.info.num_integration_steps).sum()
 
     def sample(keys, states, params):
@@ -126,7 +131,7 @@ def _run_nuts(target, positions, key, diagonal, num_warmup, num_samples):
         return chains(one, keys, states, params)
 
     (draws, steps), c2, t2 = _compile_run(
-        sample, jax.random.split(keys[0], len(keys)), states, params
+        sample, jax.random.split(keys[0], len(keys)), states, params, groups=groups, mapped=3
     )
     grads = int(grads_warmup + np.asarray(steps).sum())
     return np.asarray(draws), grads, c1 + c2, t1, t2
