@@ -325,7 +325,7 @@ SHARED_WORDS_PER_COORDINATE_FOR_BATCH = 64
 #: groups gave 1.3-1.9 times the min ESS per second of one program (Fisher NUTS,
 #: FisherMALA); at d = 785 (FisherMALA on mnist56, a dense R) one program was faster, its
 #: batched products already spread over the cores by XLA (``benchmarks/chain_threads.py``).
-#: Chains run one after the other (``"sequential"``) are grouped at every dimension: one
+#: Chains run one after the other (``"sequential"``) are grouped at every dimension, as one
 #: chain's matrix-vector products stay on one core: the groups gave 1.2-1.7 times the min
 #: ESS per second of one program for Fisher NUTS at d = 1000 (dense R) and d = 10 000
 #: (``rank=8``), and for FisherMALA on mnist56 run sequentially (37 MB of data, a dense R),
