@@ -101,7 +101,6 @@ def _run(cell, grouped: bool) -> tuple[dict, np.ndarray]:
 
 def _run_large(cell, grouped: bool) -> tuple[dict, np.ndarray]:
     import jax
-    import jax.numpy as jnp
 
     import fisher_mala as fm
     from benchmarks import low_rank_race
@@ -114,8 +113,7 @@ def _run_large(cell, grouped: bool) -> tuple[dict, np.ndarray]:
         return _sample(target, x0, sampler, grouped, num_warmup, num_samples, **options)
     with jax.enable_x64(True):  # the race's protocol: its starts, float64, no stopping rule
         target = low_rank_race.TARGETS[name]()
-        key_init, _ = jax.random.split(jax.random.key(0))
-        x0 = jax.random.normal(key_init, (4, target.dim), jnp.float64) * 0.1
+        x0, _ = low_rank_race.race_start(target)
         return _sample(target, x0, sampler, grouped, num_warmup, num_samples,
                        metric="dense", stopping_rule=False, **options)  # fmt: skip
 

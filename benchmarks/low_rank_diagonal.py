@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import low_rank_race, templating
@@ -86,9 +85,7 @@ def run_cell(target_name: str, diagonal: str, seed: int = 0, rank: int = 8,
 
 def _run(target_name, diagonal, seed, rank, path, overrides=None) -> dict:
     target = low_rank_race.TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(seed))
-    positions = jax.random.normal(key_init, (low_rank_race.CHAINS, target.dim), jnp.float64)
-    positions = positions * 0.1  # the race's starts
+    positions, key_run = low_rank_race.race_start(target, seed)
     start = time.perf_counter()
     out = low_rank_race._fisher(target, positions, key_run, rank, low_rank_diagonal=diagonal)
     record = {"target": target_name, "diagonal": diagonal, "seed": seed, "rank": rank,

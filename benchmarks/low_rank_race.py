@@ -257,6 +257,13 @@ def direction_ess(target, draws) -> np.ndarray:
     return fm.ess(projected, method="bulk")
 
 
+def race_start(target, seed: int = 0, chains: int = CHAINS):
+    """``(positions, key)``: the race's starts (0.1 times normal draws, float64) and the
+    run's key, both from ``seed``."""
+    key_init, key_run = jax.random.split(jax.random.key(seed))
+    return jax.random.normal(key_init, (chains, target.dim), jnp.float64) * 0.1, key_run
+
+
 def run_cell(target_name: str, sampler: str, rerun: bool = False, seed: int = 0) -> dict:
     """One cell, cached in ``<target>/<sampler>.json`` (another ``seed``: its starts and
     keys, in ``<target>/seed<seed>/<sampler>.json``)."""
@@ -267,8 +274,7 @@ def run_cell(target_name: str, sampler: str, rerun: bool = False, seed: int = 0)
     from benchmarks import versus_blackjax
 
     target = TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(seed))
-    positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
+    positions, key_run = race_start(target, seed)
     start = time.perf_counter()
     if sampler == "fisher_nuts_rank8_long":
         out = _fisher(target, positions, key_run, 8, LONG_WARMUP)
@@ -326,8 +332,7 @@ def placement(target_name: str, repeats: int = PLACEMENT_REPEATS) -> str:
     ``<target>/placement/<method>_<i>.json``): what ``chain_method="auto"`` should choose
     there. Returns the table of runs."""
     target = TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(0))
-    positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
+    positions, key_run = race_start(target)
     rows = []
     for i in range(repeats):
         for method in ("vectorized", "sequential"):
@@ -418,8 +423,7 @@ def inspect(target_name: str) -> None:
     from fisher_mala.square_roots import dense
 
     target = TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(0))
-    positions = jax.random.normal(key_init, (CHAINS, target.dim), jnp.float64) * 0.1
+    positions, key_run = race_start(target)
     r = fm.sample(key_run, "fisher_nuts", target.logdensity_fn, positions,
                   num_warmup=FISHER_WARMUP, num_samples=500, metric="dense",
                   stopping_rule=False, diagnose=False, rank=8)  # fmt: skip
@@ -452,8 +456,7 @@ def probe(target_name: str, draws: int = 40, seed: int = 0, robust_uturn: bool =
     import fisher_mala as fm
 
     target = TARGETS[target_name]()
-    key_init, key_run = jax.random.split(jax.random.key(seed))
-    positions = jax.random.normal(key_init, (chains, target.dim), jnp.float64) * 0.1
+    positions, key_run = race_start(target, seed, chains)
     gradient = jax.jit(jax.value_and_grad(target.logdensity_fn))
     jax.block_until_ready(gradient(positions[0]))
     start = time.perf_counter()

@@ -26,7 +26,6 @@ import json
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import low_rank_race
@@ -55,8 +54,7 @@ def _caught_inputs(target):
 
     gw._widened_low_rank = catching
     try:
-        key_init, key_run = jax.random.split(jax.random.key(0))
-        positions = jax.random.normal(key_init, (1, target.dim), jnp.float64) * 0.1
+        positions, key_run = low_rank_race.race_start(target, chains=1)
         fm.sample(key_run, "fisher_nuts", target.logdensity_fn, positions,
                   num_warmup=low_rank_race.FISHER_WARMUP, num_samples=1, metric="dense",
                   stopping_rule=False, diagnose=False, rank=RANK)  # fmt: skip

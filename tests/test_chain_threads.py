@@ -61,18 +61,24 @@ def test_two_groups_of_chains_draw_what_one_batch_draws(monkeypatch, sampler):
     np.testing.assert_array_equal(np.asarray(two.num_grad_evals), np.asarray(one.num_grad_evals))
 
 
-def test_pooled_chains_run_as_one_program(monkeypatch):
-    """Chains that share one ``R`` exchange their signals at every iteration: never split."""
-    calls = []
+def _grouped_builds(monkeypatch) -> list[int]:
+    """The groups of every grouped program built from now on, in a list that fills."""
+    built = []
     original = chain_threads.GroupedExecutable.__init__
 
-    def counted(self, *args, **kwargs):
-        calls.append(args)
-        original(self, *args, **kwargs)
+    def counted(self, fn, args, groups, mapped):
+        built.append(groups)
+        original(self, fn, args, groups, mapped)
 
     monkeypatch.setattr(chain_threads.GroupedExecutable, "__init__", counted)
+    return built
+
+
+def test_pooled_chains_run_as_one_program(monkeypatch):
+    """Chains that share one ``R`` exchange their signals at every iteration: never split."""
+    built = _grouped_builds(monkeypatch)
     result = _sample(monkeypatch, 2, "fisher_mala", jnp.float32, pooled=True)
-    assert calls == [] and np.all(np.isfinite(np.asarray(result.samples)))
+    assert built == [] and np.all(np.isfinite(np.asarray(result.samples)))
 
 
 def test_batched_chains_are_grouped_up_to_groups_max_dim_sequential_ones_always(monkeypatch):
@@ -105,14 +111,7 @@ def test_sequential_chains_above_groups_max_dim_run_in_groups_and_draw_the_same(
                          lambda x: -0.5 * jnp.sum((x / scales) ** 2), x0, num_warmup=200,
                          num_samples=40, rank=8, diagnose=False)  # fmt: skip
 
-    built = []
-    original = chain_threads.GroupedExecutable.__init__
-
-    def counted(self, fn, args, groups, mapped):
-        built.append(groups)
-        original(self, fn, args, groups, mapped)
-
-    monkeypatch.setattr(chain_threads.GroupedExecutable, "__init__", counted)
+    built = _grouped_builds(monkeypatch)
     one = run(1)
     assert built == []
     two = run(2)
