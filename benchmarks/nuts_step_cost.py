@@ -10,10 +10,13 @@ checks across subtrees) on the low-rank race's diagonal-plus-rank-8 Gaussian
 step 0.2 (or another of the race's targets, ``--target``, whitened by a unit rank-8
 root, started at 0.1 times normal draws): 20 transitions in one jitted ``lax.scan``,
 for one chain and for four chains under ``jax.vmap`` (their trees in lockstep), the best
-of three runs after compilation.
-Printed: microseconds per leapfrog step of the one chain, and per lockstep leapfrog step
-of the four (the longest tree of the four at each transition). Not cached: to compare two
-commits, run it in a worktree of each, alternating.
+of three runs after compilation; and BlackJAX's own NUTS with the root's diagonal as its
+diagonal metric (the low-rank race's ``nuts_diag`` peer) on the same target and starts,
+and (one chain) Fisher NUTS whitened by the root's diagonal alone: the difference from the
+first is what the products with the root's ``d x 8`` loadings cost. Printed:
+microseconds per leapfrog step of the one chain, and per lockstep leapfrog step of the four
+(the longest tree of the four at each transition). Not cached: to compare two commits, run
+it in a worktree of each, alternating.
 """
 
 import argparse
@@ -43,18 +46,39 @@ def _root_and_start(target):
     return root, jax.random.normal(jax.random.key(1), (CHAINS, target.dim)) * jnp.sqrt(diagonal)
 
 
-def seconds_per_step(target, robust: bool, batched: bool) -> float:
-    """Microseconds per (lockstep) leapfrog step, the best of three runs."""
+def seconds_per_step(
+    target, robust: bool, batched: bool, peer: bool = False, diagonal: bool = False
+) -> float:
+    """Microseconds per (lockstep) leapfrog step, the best of three runs. ``peer``:
+    BlackJAX's own NUTS with the diagonal metric ``D`` of the root (the low-rank race's
+    ``nuts_diag``), in the target's coordinates, instead of Fisher NUTS. ``diagonal``:
+    Fisher NUTS whitened by that diagonal alone (``DiagonalSqrt``), which leaves out the
+    products with the root's ``d x 8`` loadings."""
+    import blackjax
+
     from fisher_mala import whitened_hmc
+    from fisher_mala.square_roots import DiagonalSqrt
 
     root, x0 = _root_and_start(target)
-    kernel = whitened_hmc.build_kernel("nuts", robust_uturn=robust)
+    if diagonal:
+        root = DiagonalSqrt(root.scale)
+    if peer:
+        peer_kernel = blackjax.nuts.build_kernel()
+        variances = root.scale**2
 
-    def one(key, state):
-        return kernel(key, state, target.logdensity_fn, STEP)
+        def one(key, state):
+            return peer_kernel(key, state, target.logdensity_fn, STEP, variances)
 
-    def init(x):
-        return whitened_hmc.init(x, target.logdensity_fn, root)
+        def init(x):
+            return blackjax.nuts.init(x, target.logdensity_fn)
+    else:
+        kernel = whitened_hmc.build_kernel("nuts", robust_uturn=robust)
+
+        def one(key, state):
+            return kernel(key, state, target.logdensity_fn, STEP)
+
+        def init(x):
+            return whitened_hmc.init(x, target.logdensity_fn, root)
 
     if batched:
         state = jax.vmap(init)(x0)
@@ -102,11 +126,16 @@ def main(argv=None) -> None:
                 f"{seconds_per_step(target, robust, True):.0f}"
                 for robust in (False, True)
             ]
+            peer = f"{seconds_per_step(target, False, False, peer=True):.0f} / " + (
+                f"{seconds_per_step(target, False, True, peer=True):.0f}"
+            )
+            diagonal = seconds_per_step(target, False, False, diagonal=True)
             print(
                 f"{target.name}, d = {target.dim}: µs per leapfrog step, one chain / four "
-                f"batched (lockstep): "
-                f"BlackJAX's U-turn criterion {cells[0]}, with the checks across subtrees "
-                f"{cells[1]}",
+                f"batched (lockstep): Fisher NUTS with BlackJAX's U-turn criterion "
+                f"{cells[0]}, with the checks across subtrees {cells[1]}; whitened by the "
+                f"root's diagonal alone (one chain, BlackJAX's criterion) {diagonal:.0f}; "
+                f"BlackJAX's NUTS with the diagonal metric {peer}",
                 flush=True,
             )
 
