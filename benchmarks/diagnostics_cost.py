@@ -17,6 +17,7 @@ time is short, that column times the host's NumPy, not the device).
     python -m benchmarks.diagnostics_cost --backends    # R-hat + bulk ESS: three backends
     python -m benchmarks.diagnostics_cost --render      # the table only
     python -m benchmarks.diagnostics_cost --block-values  # the pass per block size
+    python -m benchmarks.diagnostics_cost --page-faults   # the heap primed or not
 
 ``--backends`` times rank-normalized R-hat and bulk ESS on AR(1) draws of the cells'
 shapes with the library's vectorized NumPy code (one estimator at a time, and the one pass
@@ -271,6 +272,44 @@ def render() -> str:
     return text
 
 
+def page_faults(prime: bool, passes: int = 3) -> str:
+    """Seconds and minor page faults of ``passes`` one passes in this process over AR(1)
+    draws of the quickstart's shape (float32, as the quickstart keeps them), ``fm.diagnose``'s
+    working memory, with the heap primed or not (``convergence_pass.PRIME_HEAP``; the
+    priming lasts for the process, so each way runs in its own)."""
+    import resource
+
+    import scipy.special  # noqa: F401  (imported before the first pass, as in run_cell)
+
+    from fisher_mala import convergence_pass
+    from fisher_mala.checks import WORKING_MEMORY_FLOOR
+
+    convergence_pass.PRIME_HEAP = prime
+    x = _ar1((4, 20_000, 100)).astype(np.float32)
+    budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
+    cells = []
+    for _ in range(passes):
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        convergence_pass.diagnostics_pass(x, budget_bytes=budget)
+        seconds = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        cells.append(f"{seconds:.3f} s, {faults} faults")
+    return f"heap primed: {prime}; passes: " + "; ".join(cells)
+
+
+def run_page_faults(rounds: int = 3) -> None:
+    """:func:`page_faults` each way in fresh processes, the ways taking turns (printed)."""
+    import subprocess
+    import sys
+
+    for _ in range(rounds):
+        for way in ("off", "on"):
+            command = [sys.executable, "-m", "benchmarks.diagnostics_cost", "--page-faults", way]
+            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            print(out.strip(), flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="write the table only")
@@ -279,7 +318,15 @@ def main(argv=None):
     parser.add_argument("--no-arviz", action="store_true", help="leave ArviZ's column out")
     parser.add_argument("--block-values", action="store_true",
                         help="the one pass's seconds per block size (printed)")  # fmt: skip
+    parser.add_argument("--page-faults", nargs="?", const="both", choices=("both", "on", "off"),
+                        help="the pass with the heap primed and not, fresh processes")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.page_faults:
+        if args.page_faults == "both":
+            run_page_faults()
+        else:
+            print(page_faults(args.page_faults == "on"))
+        return
     if args.block_values:
         print(run_block_values())
         return

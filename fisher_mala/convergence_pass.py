@@ -473,6 +473,30 @@ def _plan(x: np.ndarray, budget_bytes):
     return workers, [slice(0, 1)] + [slice(i, min(i + width, dim)) for i in range(1, dim, width)]
 
 
+#: Bytes of the block :func:`_prime_heap` allocates and frees before a pass: above the pass's
+#: largest array (a block's :data:`BLOCK_VALUES` values in float64, 8 MB) and below glibc's
+#: cap on its dynamic mmap threshold (32 MB on 64-bit systems; a larger block leaves it).
+HEAP_PRIMER_BYTES = 16 << 20
+#: Whether :func:`diagnostics_pass` primes the heap (``benchmarks/diagnostics_cost.py
+#: --page-faults`` turns it off in a fresh process to measure what it saves).
+PRIME_HEAP = True
+
+
+def _prime_heap() -> None:
+    """Allocate and free one block of :data:`HEAP_PRIMER_BYTES`, never touched.
+
+    glibc's malloc serves a request above its mmap threshold (128 KB until told otherwise)
+    with a fresh mapping, unmapped again when freed: each of the pass's arrays of hundreds
+    of KB to a few MB is then fresh pages, a page fault each (about 100 000 in a first pass
+    over the quickstart's draws, and 50 000 in each later one, whose threads are new). Its
+    own rule raises the threshold to the size of a mapped block when that block is freed
+    (and the heap's trim threshold to twice that): after this block, every array of the
+    pass comes from the heap and reuses its pages. Any program that frees a large array
+    sets the rule off the same way; with another C library this costs one allocation.
+    """
+    np.empty(HEAP_PRIMER_BYTES, np.uint8)
+
+
 def diagnostics_pass(x, prob=(0.05, 0.95), budget_bytes=None) -> CoordinateDiagnostics:
     """Every diagnostic of :class:`CoordinateDiagnostics` of draws ``x`` ``(C, N, D)``.
 
@@ -500,6 +524,8 @@ def diagnostics_pass(x, prob=(0.05, 0.95), budget_bytes=None) -> CoordinateDiagn
     if x.shape[-1] == 0:
         return _block(x, prob)[0]
     workers, (first, *rest) = _plan(x, budget_bytes)
+    if PRIME_HEAP:
+        _prime_heap()
     # Every block on the pool's threads, or all on this one: each thread that allocates
     # keeps its own malloc arena, which holds on to up to a block's memory once freed.
     if workers == 1 or not rest:

@@ -82,7 +82,7 @@ def robust_iterative_uturn(is_turning: Callable, robust: bool = True):
     """
 
     def new_state(chain_state, max_num_doublings) -> RobustUTurnState:
-        flat, _ = ravel_pytree(chain_state.position)
+        flat, _ = ravel_pytree(chain_state.momentum)  # the position may carry more (whitened_hmc)
         rows = jnp.zeros((max_num_doublings + 1, flat.shape[0]), flat.dtype)  # + the spare
         zero = jnp.zeros((), jnp.int32)
         return RobustUTurnState(rows, rows, rows, jnp.zeros_like(flat), zero, zero)

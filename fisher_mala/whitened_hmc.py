@@ -15,6 +15,14 @@ by the affine map), so the sampler only ever needs
 products are elementwise, ``O(d)`` per leapfrog step, which is what a posterior close to
 independent needs (the Fisher warm-up chooses it from the learned ``R``).
 
+For a diagonal-plus-low-rank ``R = D^(1/2) (I + Q diag(c) Q^T)``
+(:class:`~fisher_mala.square_roots.LowRankSqrt`) each product is a pass over ``Q`` to
+reduce (``Q^T v``) and one to expand (``Q w``), four per leapfrog step. The default
+integrator then carries ``R p`` and ``R R^T g`` with the state instead
+(:func:`_fused_velocity_verlet`): the drift moves ``x`` by ``eps R p``, the kicks move
+``R p`` by ``eps R R^T g / 2``, and ``R^T g`` and ``R R^T g`` come from one reduction
+``Q^T D^(1/2) g`` and two expansions: three passes, the same leapfrog map up to rounding.
+
 Each transition starts at ``u = 0`` (the current position), so nothing in the state
 depends on where an earlier transition anchored. ``R`` lives in the state together with
 the cached whitened gradient ``R^T grad log pi(x_n)`` it was computed with (a kernel must
@@ -246,6 +254,78 @@ def init(position: ArrayTree, logdensity_fn: Callable, sqrt_precond: Array) -> F
     )
 
 
+class _LowRankTarget(NamedTuple):
+    """What the fused leapfrog step of a :class:`LowRankSqrt` needs (passed where BlackJAX
+    passes the log density to the integrator's factory)."""
+
+    logdensity_fn: Callable
+    unravel: Callable
+    root: LowRankSqrt
+    gram: Array  # Q^T Q, (k, k)
+
+
+def _whiten_and_color(target: _LowRankTarget, grad: Array):
+    """``(R^T g, R R^T g)`` with one reduction over ``Q`` and two expansions:
+    ``R^T g = h + Q (c a)`` and ``R R^T g = D^(1/2) (h + Q (2 c a + c G c a))``, with
+    ``h = D^(1/2) g``, ``a = Q^T h`` and ``G = Q^T Q`` (the identity for an orthonormal
+    ``Q``; used as computed, so the pair is exact for any ``Q``)."""
+    root = target.root
+    h = root.scale * grad
+    ca = root.factors * jnp.einsum("d,dk->k", h, root.basis)
+    whitened = h + jnp.einsum("k,dk->d", ca, root.basis)
+    twice = 2.0 * ca + root.factors * (target.gram @ ca)
+    return whitened, root.scale * (h + jnp.einsum("k,dk->d", twice, root.basis))
+
+
+def _fused_velocity_verlet(target: _LowRankTarget, kinetic_energy_fn=None):
+    """Velocity Verlet in whitened coordinates ``u`` (``x = x_n + R u``, the identity
+    metric) for ``R`` a :class:`LowRankSqrt`, with **one reduction and two expansions over
+    ``Q`` per step** instead of two products with ``R`` (a reduction and an expansion each).
+
+    The state's position is ``(x, R p, R R^T g)`` rather than ``u``: the drift moves ``x``
+    by ``eps R p`` and the kicks move ``R p`` by ``eps R R^T g / 2``, so ``R p`` is carried
+    along instead of recomputed, and ``R R^T g`` comes with ``R^T g`` from the same ``Q^T
+    h`` (:func:`_whiten_and_color`). The momentum, the gradient (``R^T g``), the kinetic
+    energy and NUTS's criterion are those of the whitened coordinates, as before; the map
+    is the same leapfrog step, up to rounding."""
+    del kinetic_energy_fn  # the identity metric's: the momentum itself is the velocity
+
+    def logdensity_and_grad(x):
+        value, grad = jax.value_and_grad(lambda y: target.logdensity_fn(target.unravel(y)))(x)
+        return value, grad
+
+    def one_step(state, step_size):
+        (x, velocity, colored), momentum, _, whitened = state
+        half = 0.5 * step_size
+        momentum = momentum + half * whitened
+        velocity = velocity + half * colored
+        x = x + step_size * velocity
+        logdensity, grad = logdensity_and_grad(x)
+        whitened, colored = _whiten_and_color(target, grad)
+        momentum = momentum + half * whitened
+        velocity = velocity + half * colored
+        integrators = require_blackjax().mcmc.integrators
+        return integrators.IntegratorState((x, velocity, colored), momentum, logdensity, whitened)
+
+    return one_step
+
+
+def _fused_metric(x: Array, key_momentum):
+    """The identity metric of the whitened coordinates for :func:`_fused_velocity_verlet`,
+    whose start needs ``R p`` before the inner kernel draws ``p``: the momentum is drawn
+    here, with the key the inner kernel would use (``key_momentum``) and the shape of
+    ``u``, so the same numbers; the metric hands it back whatever it is asked with."""
+    metrics = require_blackjax().mcmc.metrics
+    identity = metrics.gaussian_euclidean(jnp.ones_like(x))
+    momentum = identity.sample_momentum(key_momentum, jnp.zeros_like(x))
+    return metrics.Metric(
+        lambda rng_key, position: momentum,
+        identity.kinetic_energy,
+        identity.check_turning,
+        identity.scale,
+    )
+
+
 def build_kernel(
     algorithm: str = "nuts",
     integrator: Callable | None = None,
@@ -278,11 +358,24 @@ def build_kernel(
     """
     validation.check_choice("algorithm", algorithm, ALGORITHMS)
     blackjax = require_blackjax()
+    fuse = integrator is None  # BlackJAX's velocity Verlet: fused for a low-rank R
     integrator = integrator or blackjax.mcmc.integrators.velocity_verlet
-    if algorithm == "nuts":  # BlackJAX's NUTS with the U-turn checks across subtrees
-        inner = robust_nuts.build_kernel(integrator, divergence_threshold, robust_uturn)
-    else:
-        inner = blackjax.hmc.build_kernel(integrator, divergence_threshold)
+
+    def inner_kernel(integrator):
+        if algorithm == "nuts":  # BlackJAX's NUTS with the U-turn checks across subtrees
+            return robust_nuts.build_kernel(integrator, divergence_threshold, robust_uturn)
+        return blackjax.hmc.build_kernel(integrator, divergence_threshold)
+
+    inner, fused = inner_kernel(integrator), inner_kernel(_fused_velocity_verlet)
+
+    def run_inner(kernel, rng_key, start, logdensity, step, metric, num_integration_steps,
+                  max_num_doublings):  # fmt: skip
+        if algorithm == "nuts":
+            return kernel(rng_key, start, logdensity, step, metric, max_num_doublings)
+        steps = num_integration_steps
+        if steps is None:
+            steps = jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / step), 1).astype(jnp.int32)
+        return kernel(rng_key, start, logdensity, step, metric, steps)
 
     def kernel(
         rng_key,
@@ -296,24 +389,33 @@ def build_kernel(
         r = state.sqrt_precond
         _check_shape(r, x.shape[0])
         step = jnp.asarray(step_size, x.dtype)
-
-        def whitened_logdensity(u):
-            return logdensity_fn(unravel(x + apply_sqrt(r, u)))  # gradient g @ R by autodiff
-
-        start = blackjax.mcmc.hmc.HMCState(jnp.zeros_like(x), state.logdensity, state.whitened_grad)
-        identity = jnp.ones_like(x)  # the unit metric in whitened coordinates
-        if algorithm == "nuts":
-            end, info = inner(
-                rng_key, start, whitened_logdensity, step, identity, max_num_doublings
-            )
+        options = (num_integration_steps, max_num_doublings)
+        if fuse and isinstance(r, LowRankSqrt):
+            target = _LowRankTarget(logdensity_fn, unravel, r, r.basis.T @ r.basis)
+            # the momentum the inner kernel draws (its key is the first of split(rng_key)),
+            # drawn here for the start's R p; and the start's R R^T g = R (R^T g)
+            metric = _fused_metric(x, jax.random.split(rng_key)[0])
+            momentum = metric.sample_momentum(None, None)
+            position = (x, apply_sqrt(r, momentum), apply_sqrt(r, state.whitened_grad))
+            start = blackjax.mcmc.hmc.HMCState(position, state.logdensity, state.whitened_grad)
+            end, info = run_inner(fused, rng_key, start, target, step, metric, *options)
+            y = end.position[0]
+            moved = jnp.any(y != x)
         else:
-            steps = num_integration_steps
-            if steps is None:
-                steps = jnp.maximum(jnp.ceil(TRAJECTORY_LENGTH / step), 1).astype(jnp.int32)
-            end, info = inner(rng_key, start, whitened_logdensity, step, identity, steps)
-        y = x + apply_sqrt(r, end.position)
+
+            def whitened_logdensity(u):
+                return logdensity_fn(unravel(x + apply_sqrt(r, u)))  # gradient g @ R by autodiff
+
+            start = blackjax.mcmc.hmc.HMCState(
+                jnp.zeros_like(x), state.logdensity, state.whitened_grad
+            )
+            identity = jnp.ones_like(x)  # the unit metric in whitened coordinates
+            end, info = run_inner(inner, rng_key, start, whitened_logdensity, step, identity,
+                                  *options)  # fmt: skip
+            y = x + apply_sqrt(r, end.position)
+            moved = jnp.any(end.position != 0)
         finite = is_finite(end.logdensity, end.logdensity_grad, y)
-        moved = jnp.any(end.position != 0) & finite
+        moved = moved & finite
         new_state = accept(
             finite,
             state,

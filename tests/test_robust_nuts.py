@@ -73,7 +73,7 @@ def test_the_iterative_checks_equal_a_brute_force_over_every_subtree_merge(x64, 
         t = np.arange(64)
         momenta = np.stack([np.cos(omega * t), np.sin(omega * t), np.zeros_like(t, float)], 1)
         momenta = jnp.asarray(momenta + 0.3 * rng.normal(size=momenta.shape))
-        start = blackjax.mcmc.integrators.IntegratorState(momenta[0], None, None, None)
+        start = blackjax.mcmc.integrators.IntegratorState(momenta[0], momenta[0], None, None)
         state, their_state = new_state(start, 7), theirs[0](start, 7)
         for n in range(64):
             total = momenta[: n + 1].sum(0)

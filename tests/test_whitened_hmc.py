@@ -13,6 +13,7 @@ from conftest import gaussian_logdensity, random_covariance
 from test_baselines import _invariance_z_scores, quartic_logdensity
 
 import fisher_mala as fm
+from fisher_mala.square_roots import LowRankSqrt
 
 blackjax = pytest.importorskip("blackjax")
 whitened_hmc = importlib.import_module("fisher_mala.whitened_hmc")
@@ -81,6 +82,74 @@ def test_diagonal_kernel_is_blackjax_with_a_diagonal_inverse_mass_matrix(x64, al
         ours = fm.fisher_nuts(logdensity, 0.3, fm.DiagonalSqrt(jnp.ones(5))).init(jnp.ones(d))
     with pytest.raises(ValueError, match="NaN or inf"):
         fm.fisher_nuts(logdensity, 0.3, fm.DiagonalSqrt(scale.at[0].set(jnp.nan))).init(jnp.ones(d))
+
+
+def _low_rank_root(d, k, seed, orthonormal=True):
+    rng = np.random.default_rng(seed)
+    basis = rng.normal(size=(d, k))
+    if orthonormal:
+        basis = np.linalg.qr(basis)[0]
+    return LowRankSqrt(
+        jnp.asarray(np.exp(0.5 * rng.normal(size=d))),
+        jnp.asarray(basis * (1.0 if orthonormal else 0.4)),
+        jnp.asarray(rng.uniform(-0.6, 2.0, size=k)),
+    )
+
+
+@pytest.mark.parametrize("orthonormal", [True, False])
+def test_low_rank_whitening_and_coloring_equal_dense_products(x64, orthonormal):
+    """The fused leapfrog step's pair ``(R^T g, R R^T g)`` from one reduction over ``Q``
+    equals the dense products, for any ``Q`` (the Gram matrix ``Q^T Q`` enters as computed)."""
+    from fisher_mala.square_roots import dense
+
+    d, k = 40, 5
+    root = _low_rank_root(d, k, seed=1, orthonormal=orthonormal)
+    grad = jnp.asarray(np.random.default_rng(2).normal(size=d))
+    target = whitened_hmc._LowRankTarget(None, None, root, root.basis.T @ root.basis)
+    whitened, colored = whitened_hmc._whiten_and_color(target, grad)
+    r = np.asarray(dense(root))
+    np.testing.assert_allclose(whitened, r.T @ np.asarray(grad), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(colored, r @ r.T @ np.asarray(grad), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "algorithm, robust, matched",
+    [("nuts", True, True), ("nuts", False, True), ("hmc", False, True), ("nuts", True, False)],
+)
+def test_fused_low_rank_kernel_is_the_whitened_kernel_to_rounding(x64, algorithm, robust, matched):
+    """With a LowRankSqrt the default kernel carries ``R p`` and ``R R^T g`` through the
+    leapfrog steps instead of multiplying by ``R`` twice per step: the same transitions as
+    the whitened kernel (BlackJAX's velocity Verlet given explicitly, which takes the
+    products), the same momenta, to float64 rounding, whether ``R R^T`` fits the target
+    (``matched``) or not."""
+    from fisher_mala.square_roots import dense
+
+    d = 30
+    root = _low_rank_root(d, 4, seed=3)
+    r = dense(root)
+    covariance = r @ r.T if matched else jnp.asarray(random_covariance(d, seed=5))
+    logdensity = gaussian_logdensity(jnp.zeros(d), covariance)
+    verlet = blackjax.mcmc.integrators.velocity_verlet
+    options = {"robust_uturn": robust} if algorithm == "nuts" else {}
+    fused = whitened_hmc.build_kernel(algorithm, **options)
+    plain = whitened_hmc.build_kernel(algorithm, integrator=verlet, **options)
+    step = 0.3 if matched else 0.1
+
+    def run(kernel):
+        def body(state, key):
+            state, info = kernel(key, state, logdensity, step)
+            return state, (state.position, info.num_integration_steps, info.is_accepted)
+
+        start = whitened_hmc.init(jnp.ones(d) * 0.3, logdensity, root)
+        keys = jax.random.split(jax.random.key(7), 25)
+        return jax.jit(lambda s: jax.lax.scan(body, s, keys))(start)
+
+    (state_f, (x_f, steps_f, moved_f)), (state_p, (x_p, steps_p, moved_p)) = run(fused), run(plain)
+    np.testing.assert_allclose(x_f, x_p, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(state_f.whitened_grad, state_p.whitened_grad, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(steps_f, steps_p)
+    np.testing.assert_array_equal(moved_f, moved_p)
+    assert int(moved_f.sum()) > 15
 
 
 def _state(sqrt_precond, count):
