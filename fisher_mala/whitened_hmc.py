@@ -290,9 +290,7 @@ def _fused_velocity_verlet(target: _LowRankTarget, kinetic_energy_fn=None):
     is the same leapfrog step, up to rounding."""
     del kinetic_energy_fn  # the identity metric's: the momentum itself is the velocity
 
-    def logdensity_and_grad(x):
-        value, grad = jax.value_and_grad(lambda y: target.logdensity_fn(target.unravel(y)))(x)
-        return value, grad
+    logdensity_and_grad = jax.value_and_grad(lambda x: target.logdensity_fn(target.unravel(x)))
 
     def one_step(state, step_size):
         (x, velocity, colored), momentum, _, whitened = state
