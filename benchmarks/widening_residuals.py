@@ -10,6 +10,8 @@ One chain of rank-8 Fisher NUTS (the race's start and key, its 5000 warm-up iter
 gradients, whitened, and ``R``) caught as the step-size phase hands them over. On them, the
 widening (:func:`fisher_mala.geometric_widening._widened_low_rank`) with ``p = k, 2k, 3k,
 4k`` residual directions (:data:`~fisher_mala.geometric_widening.LOW_RANK_RESIDUAL_PER_RANK`),
+in one pass over the kept rows and in three
+(:data:`~fisher_mala.geometric_widening.LOW_RANK_WIDENING_PASSES`),
 and for ``R`` before and after each, the whitened covariance ``R^-1 Sigma R^-T`` (matrix
 free, ``scipy.sparse.linalg.eigsh``): its largest and smallest eigenvalues over its median
 Rayleigh quotient (the rest's level) and their ratio, the condition number NUTS's step and
@@ -34,6 +36,15 @@ RESULTS = Path(__file__).parent / "results" / "widening_residuals"
 TABLE = RESULTS.parent / "widening_residuals.md"
 TARGETS = ("gaussian_lowrank", "gaussian_lowrank_10k", "gaussian_lowrank_100k")
 PER_RANK = (1, 2, 3, 4)
+#: Passes of the widening over the kept rows (``LOW_RANK_WIDENING_PASSES``), at every ``d``
+#: here: the library runs one where the rows exceed ``LOW_RANK_WIDENING_PASSES_MAX_BYTES``.
+PASSES = (1, 3)
+
+
+def _label(per_rank: int, passes: int) -> str:
+    return f"p={per_rank}k, {passes} pass{'es' if passes > 1 else ''}"
+
+
 RANK = 8
 
 
@@ -122,18 +133,32 @@ def run_cell(name: str) -> dict:
     record = {"dim": target.dim, "kept_draws": int(moments.draws.shape[0]),
               "before": _whitened_spectrum(target, root),
               "overlaps": _overlaps(target, root, moments)}  # fmt: skip
-    default = gw.LOW_RANK_RESIDUAL_PER_RANK
+    default = (gw.LOW_RANK_RESIDUAL_PER_RANK, gw.LOW_RANK_WIDENING_PASSES,
+               gw.LOW_RANK_WIDENING_PASSES_MAX_BYTES)  # fmt: skip
     try:
+        gw.LOW_RANK_WIDENING_PASSES_MAX_BYTES = float("inf")  # the passes at every d
         for per_rank in PER_RANK:
-            gw.LOW_RANK_RESIDUAL_PER_RANK = per_rank
-            g = np.zeros(target.dim)
-            widened = gw._widened_low_rank(root, g, moments, count, np)[0]
-            record[f"p={per_rank}k"] = _whitened_spectrum(target, widened)
+            for passes in PASSES:
+                gw.LOW_RANK_RESIDUAL_PER_RANK, gw.LOW_RANK_WIDENING_PASSES = per_rank, passes
+                g = np.zeros(target.dim)
+                widened = gw._widened_low_rank(root, g, moments, count, np)[0]
+                record[_label(per_rank, passes)] = _whitened_spectrum(target, widened)
     finally:
-        gw.LOW_RANK_RESIDUAL_PER_RANK = default
+        (gw.LOW_RANK_RESIDUAL_PER_RANK, gw.LOW_RANK_WIDENING_PASSES,
+         gw.LOW_RANK_WIDENING_PASSES_MAX_BYTES) = default  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def _default_passes(cell) -> int:
+    """The passes ``fm.sample`` runs on a cell's kept rows (float64, as the race's)."""
+    import jax.numpy as jnp
+
+    from fisher_mala import geometric_widening as gw
+
+    rows = jax.ShapeDtypeStruct((cell["kept_draws"], cell["dim"]), jnp.float64)
+    return gw.low_rank_widening_passes(rows)
 
 
 def render() -> str:
@@ -146,9 +171,12 @@ def render() -> str:
         if not path.exists():
             continue
         cell = json.loads(path.read_text())
-        for label in ["before", *(f"p={p}k" for p in PER_RANK)]:
+        labels = [(p, n) for p in PER_RANK for n in PASSES]
+        for label in ["before", *(_label(p, n) for p, n in labels)]:
             s = cell[label]
             what = "before the widening" if label == "before" else f"widened, {label}"
+            if label == _label(3, _default_passes(cell)):
+                what += " (the default)"
             numbers = f"{s['top'][0]:.1f} | {s['bottom'][0]:.3f} | {s['condition']:.1f}"
             rows.append(f"| {name} | {cell['dim']} | {cell['kept_draws']} | {what} | {numbers} |")
         for kind in ("draws", "residuals"):

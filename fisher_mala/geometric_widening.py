@@ -22,7 +22,8 @@ the half's last draws instead of ``d x d`` sums (:class:`LowRankMoments`), and o
 rescales its diagonal per coordinate, finds where it is wrong from the principal
 directions of the draws' and gradients' residuals (zero along every direction ``R`` gets
 right, for a Gaussian exactly), and takes the geometric-mean covariance in the span of
-those and its own ``k`` directions, either way, where it is far from what ``R`` says
+those and its own ``k`` directions, either way, where it is far from what ``R`` says,
+three times over the same rows, each time whitened by the root the last one gave
 (:func:`_widened_low_rank`). Nothing is widened
 in a funnel, whose gradients' sizes vary by orders of
 magnitude across the draws (:func:`gradient_kurtosis_ratio` above
@@ -46,6 +47,9 @@ __all__ = [
     "LOW_RANK_RESIDUAL_PER_RANK",
     "LOW_RANK_REMEASURE_THRESHOLD",
     "LOW_RANK_REMEASURE_BOUNDS",
+    "LOW_RANK_WIDENING_PASSES",
+    "LOW_RANK_WIDENING_PASSES_MAX_BYTES",
+    "low_rank_widening_passes",
     "LowRankMoments",
     "low_rank_draws",
     "WIDENING_THRESHOLD",
@@ -127,6 +131,28 @@ LOW_RANK_REMEASURE_THRESHOLD = 1.5
 #: along a direction measures a variance of 0 up to rounding): such a direction keeps
 #: ``R``'s factor, as ``low_rank.THETA_BOUNDS`` bounds one cycle of the learner.
 LOW_RANK_REMEASURE_BOUNDS = (1e-4, 1e4)
+#: Passes of the low-rank widening's three steps over the same kept rows
+#: (:func:`_widened_low_rank`), each from the root the last one gave. On
+#: ``benchmarks.low_rank_race``'s Gaussian (``d = 1000``) one pass left the four stiff
+#: directions' functionals at 0.55-0.72 of the whitened posterior's median variance in
+#: the race's four chains (condition number 2.9-3.9); a second pass 0.79-1.03 (2.0-2.5), a
+#: third 0.93-1.03 (1.95-2.1), a fourth changed no condition number by more than 0.01.
+LOW_RANK_WIDENING_PASSES = 3
+#: The passes after the first hold the kept rows whitened again (``2 m d`` numbers) and
+#: their temporaries, about three times the kept rows' bytes more; above this many bytes of
+#: kept rows (``m = 256`` rows at ``d = 131 072`` in float64, ``262 144`` in float32: 1.5 GB
+#: more per chain at most) one pass runs, and the widening's memory stays within 1.7 times
+#: the kept rows (``tests/test_geometric_widening.py``): at ``d = 10^6`` the kept rows are
+#: already 2 GB in float32.
+LOW_RANK_WIDENING_PASSES_MAX_BYTES = 512 << 20
+
+
+def low_rank_widening_passes(draws) -> int:
+    """Passes of the low-rank widening over the kept rows ``draws`` ``(m, d)``:
+    :data:`LOW_RANK_WIDENING_PASSES` while the rows take at most
+    :data:`LOW_RANK_WIDENING_PASSES_MAX_BYTES`, else one."""
+    nbytes = 2 * draws.shape[0] * draws.shape[1] * jnp.dtype(draws.dtype).itemsize
+    return LOW_RANK_WIDENING_PASSES if nbytes <= LOW_RANK_WIDENING_PASSES_MAX_BYTES else 1
 
 
 def low_rank_draws(rank: int, num_draws: int | None = None) -> int:
@@ -244,6 +270,22 @@ def geometric_mean(cov_z, cov_g, xp=jnp):
     root_g, inverse_root_g = _sqrt_and_inverse(cov_g, xp)
     middle, _ = _sqrt_and_inverse(root_g @ cov_z @ root_g, xp)
     return inverse_root_g @ middle @ inverse_root_g
+
+
+def _geometric_mean_of_rows(x, g, xp=jnp):
+    """:func:`geometric_mean` of the covariances of the centred rows ``x`` and ``g`` ``(m,
+    p)``, from their singular value decompositions rather than their products: with
+    ``(G^T G)^{1/2} = V S V^T``, ``M = (G^T G)^{-1/2} ((G^T G)^{1/2} X^T X (G^T
+    G)^{1/2})^{1/2} (G^T G)^{-1/2}``, the middle root from the singular values of ``X V S
+    V^T``. Forming ``X^T X`` squares the condition number of the rows, and the low-rank
+    widening's span holds directions that many rows share (their sample variance about
+    ``d / m`` times the rest) next to directions that few do: in float32 the products' roots
+    then made up variances of 2 to 11 where float64 measured 1.04."""
+    _, s_g, vt_g = xp.linalg.svd(g, full_matrices=False)
+    half = (vt_g.T * s_g) @ vt_g
+    inverse_half = (vt_g.T / s_g) @ vt_g
+    _, s_y, vt_y = xp.linalg.svd(x @ half, full_matrices=False)
+    return inverse_half @ ((vt_y.T * s_y) @ vt_y) @ inverse_half
 
 
 def _multipliers(ratio, allowed, xp=jnp):
@@ -375,7 +417,7 @@ def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitene
     low, high = LOW_RANK_REMEASURE_BOUNDS
     own = xp.sqrt(xp.diagonal(cov_x) / xp.diagonal(cov_g)) / level
     measured = xp.isfinite(own) & (own > low) & (own < high)
-    mean = geometric_mean(cov_x, cov_g, xp) / level
+    mean = _geometric_mean_of_rows(centred_x, centred_g, xp) / level
     identity = xp.eye(p, dtype=mean.dtype)
     mean = xp.where(measured[:, None] & measured[None], mean, identity)
     finite = xp.all(xp.isfinite(mean))
@@ -427,11 +469,57 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
        :data:`LOW_RANK_REMEASURE_THRESHOLD` either way; the ``k`` directions farthest from
        the rest kept.
 
+    The three steps run :data:`LOW_RANK_WIDENING_PASSES` times on the same kept rows
+    (once where the rows are large: :func:`low_rank_widening_passes`),
+    each pass on the rows whitened again by the root the last one gave: step 3 is exact
+    only where the span holds eigendirections of the whitened posterior, and a direction
+    coupled to the rest (a stiff direction the Fisher phase narrowed too much, next to
+    coordinates whose ``D`` is a little off) is measured between its variance and its
+    inverse curvature; measured again from the corrected root, the coupling is smaller.
+
     Memory: the kept rows (``2 m d`` numbers), one ``(m, d)`` array of residuals, products
-    of rows ``(m, m)`` and the span ``(d, k + p)``.
+    of rows ``(m, m)``, the span ``(d, k + p)`` and the rows whitened again (``2 m d``).
     """
     allowed = gradient_kurtosis_ratio(moments, count, xp) <= WIDENING_MAX_KURTOSIS_RATIO
-    draws, grads = moments.draws, moments.grads  # whitened by R: z = S^-1 y, psi = S h
+
+    def one_pass(carry):
+        root, g, draws, grads, factor = carry
+        widened, g, pass_factor = _widening_pass(root, g, draws, grads, xp)
+        draws, grads = _rewhitened(root, widened, draws, grads)
+        return widened, g, draws, grads, xp.maximum(factor, pass_factor)
+
+    carry = (r, whitened_grad, moments.draws, moments.grads, xp.ones((), whitened_grad.dtype))
+    passes = low_rank_widening_passes(moments.draws)
+    if xp is np or passes == 1:
+        for _ in range(passes):
+            carry = one_pass(carry)
+    else:
+        carry = jax.lax.fori_loop(0, passes, lambda _, c: one_pass(c), carry)
+    widened, g, _, _, factor = carry
+    out = jax.tree.map(
+        lambda new, old: xp.where(allowed, new, old), (widened, g), (r, whitened_grad)
+    )
+    return (*out, xp.where(allowed, factor, 1.0))
+
+
+def _rewhitened(old: LowRankSqrt, new: LowRankSqrt, draws, grads):
+    """The kept rows ``z = R^{-1} y`` and ``psi = R^T h`` of root ``old`` whitened by root
+    ``new`` instead: ``z' = S'^{-1} D'^{-1/2} D^{1/2} S z`` and ``psi' = S' D'^{1/2}
+    D^{-1/2} S^{-1} psi``, ``O(m d k)``, row by row (``S`` symmetric: ``z S = z + ((z Q) c)
+    Q^T``)."""
+    ratio = old.scale / new.scale
+
+    def times(rows, root, factors):  # rows (I + Q diag(c) Q^T)
+        return rows + ((rows @ root.basis) * factors) @ root.basis.T
+
+    z = times(times(draws, old, old.factors) * ratio, new, _inverse_factors(new))
+    psi = times(times(grads, old, _inverse_factors(old)) / ratio, new, new.factors)
+    return z, psi
+
+
+def _widening_pass(r: LowRankSqrt, whitened_grad, draws, grads, xp):
+    """One pass of :func:`_widened_low_rank`'s three steps on the rows ``draws`` and
+    ``grads`` whitened by ``r``: ``(R', R'^T g, factor)``."""
     m = draws.shape[0]
     rank = r.basis.shape[-1]
     ratio, _, level = _coordinate_ratios(draws, grads, xp)
@@ -458,13 +546,9 @@ def _widened_low_rank(r: LowRankSqrt, whitened_grad, moments: LowRankMoments, co
         columns.append(_residual_directions(draws, grads, weights, count_residual, xp))
     span = _orthonormal(xp.concatenate(columns, axis=1), xp)
     widened, g, factor = _measured_in(
-        corrected, span, draws_along(span), grads_along(span), level, allowed, g, xp
+        corrected, span, draws_along(span), grads_along(span), level, True, g, xp
     )
-    factor = xp.maximum(factor, xp.max(xp.maximum(correction, 1.0 / correction)))
-    out = jax.tree.map(
-        lambda new, old: xp.where(allowed, new, old), (widened, g), (r, whitened_grad)
-    )
-    return (*out, xp.where(allowed, factor, 1.0))
+    return widened, g, xp.maximum(factor, xp.max(xp.maximum(correction, 1.0 / correction)))
 
 
 def widen(state, moments: Moments, count):

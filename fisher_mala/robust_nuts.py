@@ -172,19 +172,25 @@ def robust_expansion(trajectory_integrator: Callable, uturn_check_fn: Callable,
             )  # fmt: skip
             new_proposal, new_trajectory, termination_state, is_diverging, turning_inside = subtree
 
+            operand = (proposal_key, proposal, new_proposal)
+            # the sampler's own types: with x64 on and float32 positions, BlackJAX's first
+            # proposal carries a float64 weight that its sampler returns as float32
+            sampled = jax.eval_shape(lambda x: proposal_sampler(*x), operand)
+
             def only_the_acceptance(inputs):
                 _, proposal, new_proposal = inputs
-                return proposal._replace(
+                kept = proposal._replace(
                     sum_log_p_accept=jnp.logaddexp(
                         proposal.sum_log_p_accept, new_proposal.sum_log_p_accept
                     )
                 )
+                return jax.tree.map(lambda v, t: jnp.asarray(v, t.dtype), kept, sampled)
 
             updated = jax.lax.cond(
                 is_diverging | turning_inside,
                 only_the_acceptance,
                 lambda x: proposal_sampler(*x),
-                operand=(proposal_key, proposal, new_proposal),
+                operand=operand,
             )
             left, right = trajectory.reorder_trajectories(direction, current, new_trajectory)
             merged = trajectory.merge_trajectories(left, right)

@@ -587,6 +587,22 @@ def _plan(sampler, options: dict, data, logdensity_fn) -> _Plan:
     return plan
 
 
+def _in_positions_dtype(logdensity_fn, initial_positions, data=None):
+    """``logdensity_fn``, its value cast to the positions' dtype where it returns another:
+    a float32 position whose log density computes in float64 (NumPy float64 constants in
+    it, with x64 enabled) would otherwise turn the kernels' acceptance probabilities and
+    the adaptation's sums float64 inside loops whose state is float32. The same function
+    where the dtypes agree."""
+    first = jax.tree.map(lambda x: x[0], initial_positions)
+    dtype = jnp.result_type(*jax.tree.leaves(first))
+    out = jax.eval_shape(_bind(logdensity_fn, data), first)
+    if out.dtype == dtype or not jnp.issubdtype(dtype, jnp.floating):
+        return logdensity_fn
+    if data is None:
+        return lambda position: jnp.asarray(logdensity_fn(position), dtype)
+    return lambda position, data: jnp.asarray(logdensity_fn(position, data), dtype)
+
+
 def _bind(logdensity_fn, data):
     """The log density of one position (``data`` given as an argument, if any)."""
     if data is None:
@@ -1134,6 +1150,8 @@ def sample(
     plan = _plan(sampler, options, data, logdensity_fn)
     validation.check_choice("chain_method", chain_method, ("auto", "vectorized", "sequential"))
     num_chains = _check_initial_positions(logdensity_fn, initial_positions, data)
+    user_logdensity_fn = logdensity_fn  # the checkpoint's fingerprint reads the user's own
+    logdensity_fn = _in_positions_dtype(logdensity_fn, initial_positions, data)
     warmup = plan.kernels(_bind(logdensity_fn, data))[0]
     if callable(getattr(warmup, "check", None)):  # the options at every warm-up iteration
         warmup.check(num_warmup, initial_positions)
@@ -1155,7 +1173,7 @@ def sample(
     sink = _sink(output, num_draws, keep, initial_positions)
     saver, block = _saver(
         checkpoint, checkpoint_every, block, total, plan, rng_key, initial_positions,
-        logdensity_fn, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
+        user_logdensity_fn, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
         chain_method=chain_method, keep=keep, output=None if output is None else str(output),
         data=data, checkpoint_every=checkpoint_every, jax=jax.__version__,
     )  # fmt: skip

@@ -402,3 +402,21 @@ def test_starts_checked_by_the_caller_skip_only_the_compiled_evaluation():
             _check_initial_positions(logdensity, jnp.asarray(1.0))
     with pytest.raises(ValueError, match="not finite at the initial positions of chains"):
         _check_initial_positions(logdensity, starts)
+
+
+@pytest.mark.parametrize("sampler, options", [("fisher_nuts", {"rank": 4}), ("fisher_mala", {})])
+def test_float32_positions_whose_log_density_computes_in_float64(x64, sampler, options):
+    """With x64 on, a log density holding NumPy float64 constants returns float64 for
+    float32 positions: the run keeps the positions' dtype (its value is cast) instead of
+    failing inside the warm-up's loops, whose states are float32."""
+    scales = np.linspace(0.5, 2.0, 12)  # float64
+
+    def logdensity(x):
+        return -0.5 * jnp.sum((x / scales) ** 2)
+
+    positions = jnp.zeros((2, 12), jnp.float32) + 0.1
+    assert logdensity(positions[0]).dtype == jnp.float64
+    result = fm.sample(jax.random.key(0), sampler, logdensity, positions, num_warmup=300,
+                       num_samples=50, diagnose=False, **options)  # fmt: skip
+    assert result.samples.dtype == jnp.float32
+    assert np.all(np.isfinite(np.asarray(result.samples)))
