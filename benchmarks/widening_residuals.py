@@ -15,9 +15,12 @@ in one pass over the kept rows and in three
 and for ``R`` before and after each, the whitened covariance ``R^-1 Sigma R^-T`` (matrix
 free, ``scipy.sparse.linalg.eigsh``): its largest and smallest eigenvalues over its median
 Rayleigh quotient (the rest's level) and their ratio, the condition number NUTS's step and
-trajectories pay for. The second table: the share of each true rank-8 direction that the
-principal directions of the kept draws, or of their residuals, hold (``|P u|``, ``2k`` of
-each), which says why the draws alone do not find the loose directions at large ``d``.
+trajectories pay for, and the variance over that level of each of the eight directions'
+functionals whose ESS the race reports (``low_rank_race.direction_ess``), seen through
+``R``: 1 where ``R`` whitens them. The second table: the share of each true rank-8
+direction that the principal directions of the kept draws, or of their residuals, hold
+(``|P u|``, ``2k`` of each), which says why the draws alone do not find the loose
+directions at large ``d``.
 
 Cells cached in ``benchmarks/results/widening_residuals/<target>.json``; the tables in
 ``benchmarks/results/widening_residuals.md``.
@@ -97,8 +100,13 @@ def _whitened_spectrum(target, root) -> dict:
     probes = np.random.default_rng(0).normal(size=(target.dim, 32))
     probes /= np.linalg.norm(probes, axis=0)
     level = float(np.median([p @ whitened_covariance(p) for p in probes.T]))
+    # the directions' functionals a^T x (a = D_t^-1/2 u, as `direction_ess`) read in the
+    # whitened coordinates: w = R^T a = S D^1/2 a, their variance w^T W w / w^T w
+    functionals = loadings / sd[:, None] * root.scale[:, None]
+    functionals = functionals + q @ (root.factors[:, None] * (q.T @ functionals))
+    along = [w @ whitened_covariance(w) / (w @ w) / level for w in functionals.T]
     return {"top": list(top / level), "bottom": list(bottom / level),
-            "condition": float(top[0] / bottom[0])}  # fmt: skip
+            "condition": float(top[0] / bottom[0]), "directions": along}  # fmt: skip
 
 
 def _overlaps(target, root, moments) -> dict:
@@ -162,8 +170,9 @@ def _default_passes(cell) -> int:
 
 
 def render() -> str:
-    rows = ["| target | d | kept draws | R | largest / rest | smallest / rest | condition |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = ["| target | d | kept draws | R | largest / rest | smallest / rest | condition "
+            "| directions / rest: loose | directions / rest: stiff |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     shares = ["| target | principal directions of | share of each true direction held |",
               "|---|---|---|"]  # fmt: skip
     for name in TARGETS:
@@ -177,7 +186,10 @@ def render() -> str:
             what = "before the widening" if label == "before" else f"widened, {label}"
             if label == _label(3, _default_passes(cell)):
                 what += " (the default)"
-            numbers = f"{s['top'][0]:.1f} | {s['bottom'][0]:.3f} | {s['condition']:.1f}"
+            along = np.asarray(s["directions"])  # the Gaussians' four loose, four stiff
+            loose, stiff = (f"{a.min():.2f}-{a.max():.2f}" for a in (along[:4], along[4:]))
+            numbers = (f"{s['top'][0]:.1f} | {s['bottom'][0]:.3f} | {s['condition']:.1f} | "
+                       f"{loose} | {stiff}")  # fmt: skip
             rows.append(f"| {name} | {cell['dim']} | {cell['kept_draws']} | {what} | {numbers} |")
         for kind in ("draws", "residuals"):
             held = ", ".join(f"{v:.2f}" for v in cell["overlaps"][kind])

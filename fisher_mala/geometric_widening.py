@@ -133,10 +133,10 @@ LOW_RANK_REMEASURE_THRESHOLD = 1.5
 LOW_RANK_REMEASURE_BOUNDS = (1e-4, 1e4)
 #: Passes of the low-rank widening's three steps over the same kept rows
 #: (:func:`_widened_low_rank`), each from the root the last one gave. On
-#: ``benchmarks.low_rank_race``'s Gaussian (``d = 1000``) one pass left the four stiff
-#: directions' functionals at 0.55-0.72 of the whitened posterior's median variance in
-#: the race's four chains (condition number 2.9-3.9); a second pass 0.79-1.03 (2.0-2.5), a
-#: third 0.93-1.03 (1.95-2.1), a fourth changed no condition number by more than 0.01.
+#: ``benchmarks.low_rank_race``'s Gaussian, the race's first chain, one pass left the
+#: four stiff directions' functionals at 0.68-0.72 of the rest's variance seen through
+#: ``R`` at ``d = 1000`` (condition number 2.9) and 0.43-0.49 at ``d = 10^5`` (8.5); three
+#: passes 0.99-1.03 (2.0) and 0.99-1.02 (1.4) (``python -m benchmarks.widening_residuals``).
 LOW_RANK_WIDENING_PASSES = 3
 #: The passes after the first hold the kept rows whitened again (``2 m d`` numbers) and
 #: their temporaries, about three times the kept rows' bytes more; above this many bytes of
