@@ -385,7 +385,7 @@ def _residual_directions(draws, grads, weights, count: int, xp):
     return residual.T @ (vectors[:, -count:] / xp.sqrt(values))
 
 
-def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitened_grad, xp):
+def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, whitened_grad, xp):
     """``(R', R'^T g, factor)``: ``R`` given, in ``span`` (``(d, p)`` orthonormal columns
     whose span holds ``R``'s directions ``Q``), the covariance the kept draws measure there
     (``along_x``, ``along_g`` ``(m, p)``: the kept whitened draws' and gradients'
@@ -424,7 +424,7 @@ def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, allowed, whitene
     mean = xp.where(finite, mean, identity)
     mu, w = xp.linalg.eigh(0.5 * (mean + mean.T))
     threshold = LOW_RANK_REMEASURE_THRESHOLD
-    off = allowed & finite & (mu > low) & (mu < high) & ((mu > threshold) | (mu * threshold < 1.0))
+    off = finite & (mu > low) & (mu < high) & ((mu > threshold) | (mu * threshold < 1.0))
     t = xp.where(off, xp.sqrt(xp.where(off, mu, 1.0)), 1.0)
     coordinates = span.T @ r.basis  # Q in the span's coordinates (p, k)
     local_root = identity + (coordinates * r.factors) @ coordinates.T  # S_V
@@ -546,7 +546,7 @@ def _widening_pass(r: LowRankSqrt, whitened_grad, draws, grads, xp):
         columns.append(_residual_directions(draws, grads, weights, count_residual, xp))
     span = _orthonormal(xp.concatenate(columns, axis=1), xp)
     widened, g, factor = _measured_in(
-        corrected, span, draws_along(span), grads_along(span), level, True, g, xp
+        corrected, span, draws_along(span), grads_along(span), level, g, xp
     )
     return widened, g, xp.maximum(factor, xp.max(xp.maximum(correction, 1.0 / correction)))
 

@@ -172,25 +172,19 @@ def robust_expansion(trajectory_integrator: Callable, uturn_check_fn: Callable,
             )  # fmt: skip
             new_proposal, new_trajectory, termination_state, is_diverging, turning_inside = subtree
 
-            operand = (proposal_key, proposal, new_proposal)
-            # the sampler's own types: with x64 on and float32 positions, BlackJAX's first
-            # proposal carries a float64 weight that its sampler returns as float32
-            sampled = jax.eval_shape(lambda x: proposal_sampler(*x), operand)
-
             def only_the_acceptance(inputs):
                 _, proposal, new_proposal = inputs
-                kept = proposal._replace(
+                return proposal._replace(
                     sum_log_p_accept=jnp.logaddexp(
                         proposal.sum_log_p_accept, new_proposal.sum_log_p_accept
                     )
                 )
-                return jax.tree.map(lambda v, t: jnp.asarray(v, t.dtype), kept, sampled)
 
             updated = jax.lax.cond(
                 is_diverging | turning_inside,
                 only_the_acceptance,
                 lambda x: proposal_sampler(*x),
-                operand=operand,
+                operand=(proposal_key, proposal, new_proposal),
             )
             left, right = trajectory.reorder_trajectories(direction, current, new_trajectory)
             merged = trajectory.merge_trajectories(left, right)
@@ -238,7 +232,11 @@ def _proposal(integrator, kinetic_energy, uturn_check_fn, max_num_expansions,
         energy = -initial_state.logdensity + kinetic_energy(initial_state.momentum)
         start = trajectory.DynamicExpansionState(
             0,
-            proposal.Proposal(initial_state, energy, 0.0, -np.inf),
+            # weight and acceptance in the energy's dtype (Python floats would be float64
+            # with x64 on, where float32 positions make the sampler's float32)
+            proposal.Proposal(
+                initial_state, energy, jnp.zeros_like(energy), jnp.full_like(energy, -np.inf)
+            ),
             trajectory.Trajectory(initial_state, initial_state, initial_state.momentum, 0),
             new_termination_state(initial_state, max_num_expansions),
         )
