@@ -28,7 +28,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from fisher_mala.optional import require_blackjax
 
@@ -46,7 +45,8 @@ class RobustUTurnState(NamedTuple):
     Attributes
     ----------
     momentum, momentum_sum
-        ``(max_doublings + 1, d)``: the momentum of each checkpoint's state and the
+        ``(max_doublings + 1, d)`` (each leaf of a pytree momentum with that leading
+        axis): the momentum of each checkpoint's state and the
         subtree's momentum sum up to it (included); the last row is a spare that the steps
         which store no checkpoint write to (never read).
     previous_momentum
@@ -73,6 +73,10 @@ def _checkpoint_range(n):
     return idx_max - num_subtrees + 1, idx_max
 
 
+def _num_rows(checkpoints: RobustUTurnState) -> int:
+    return jax.tree.leaves(checkpoints.momentum)[0].shape[0]
+
+
 def robust_iterative_uturn(is_turning: Callable, robust: bool = True):
     """``(new_state, update, is_turning_now)`` of the criterion inside one doubling's
     subtree, with the checks across halves (module docstring).
@@ -82,51 +86,63 @@ def robust_iterative_uturn(is_turning: Callable, robust: bool = True):
     """
 
     def new_state(chain_state, max_num_doublings) -> RobustUTurnState:
-        flat, _ = ravel_pytree(chain_state.momentum)  # the position may carry more (whitened_hmc)
-        rows = jnp.zeros((max_num_doublings + 1, flat.shape[0]), flat.dtype)  # + the spare
+        # rows of every leaf of the momentum (a pytree: whitened_hmc's unexpanded momenta)
+        rows = jax.tree.map(
+            lambda m: jnp.zeros((max_num_doublings + 1, *jnp.shape(m)), jnp.result_type(m)),
+            chain_state.momentum,
+        )  # + the spare
         zero = jnp.zeros((), jnp.int32)
-        return RobustUTurnState(rows, rows, rows, jnp.zeros_like(flat), zero, zero)
+        last = jax.tree.map(jnp.zeros_like, chain_state.momentum)
+        return RobustUTurnState(rows, rows, rows, last, zero, zero)
 
     def update(checkpoints: RobustUTurnState, momentum_sum, momentum, step):
         idx_min, idx_max = _checkpoint_range(step)
-        r = ravel_pytree(momentum)[0]
-        r_sum = ravel_pytree(momentum_sum)[0]
 
         # An even step stores a checkpoint; an odd one writes to the spare last row, which
         # is never read: one row written either way, no branch (under ``vmap`` a branch
         # would select between two copies of every row).
-        row = jnp.where(step % 2 == 0, idx_max, checkpoints.momentum.shape[0] - 1)
+        row = jnp.where(step % 2 == 0, idx_max, _num_rows(checkpoints) - 1)
 
         def store(rows, value):
-            return rows.at[row].set(value)
+            return jax.tree.map(lambda r, v: r.at[row].set(v), rows, value)
 
         c = checkpoints
         return c._replace(
-            momentum=store(c.momentum, r),
-            momentum_sum=store(c.momentum_sum, r_sum),
+            momentum=store(c.momentum, momentum),
+            momentum_sum=store(c.momentum_sum, momentum_sum),
             previous_momentum=store(c.previous_momentum, c.last_momentum),
-            last_momentum=r,
+            last_momentum=momentum,
             idx_min=idx_min,
             idx_max=idx_max,
         )
 
     def is_turning_now(checkpoints: RobustUTurnState, momentum_sum, momentum):
-        r = ravel_pytree(momentum)[0]
-        r_sum = ravel_pytree(momentum_sum)[0]
+        r, r_sum = momentum, momentum_sum
         c = checkpoints
+
+        def at(rows, i):
+            return jax.tree.map(lambda x: x[i], rows)
 
         def turning(i):
             """The subtree of checkpoint ``i`` (to the latest state), and, when its
             right half is a finished subtree (checkpoint ``i + 1``), the two checks
             across its halves."""
-            whole = is_turning(c.momentum[i], r, r_sum - c.momentum_sum[i] + c.momentum[i])
+            first, first_sum = at(c.momentum, i), at(c.momentum_sum, i)
+            whole = is_turning(
+                first, r, jax.tree.map(lambda s, fs, f: s - fs + f, r_sum, first_sum, first)
+            )
             if not robust:
                 return whole
             j = jnp.minimum(i + 1, c.idx_max)
-            first_right, before_right = c.momentum[j], c.previous_momentum[j]
-            left_and_first = c.momentum_sum[j] - c.momentum_sum[i] + c.momentum[i]
-            last_and_right = before_right + r_sum - c.momentum_sum[j] + first_right
-            across = is_turning(c.momentum[i], first_right, left_and_first) | is_turning(
+            first_right, before_right = at(c.momentum, j), at(c.previous_momentum, j)
+            right_sum = at(c.momentum_sum, j)
+            left_and_first = jax.tree.map(
+                lambda rs, fs, f: rs - fs + f, right_sum, first_sum, first
+            )
+            last_and_right = jax.tree.map(
+                lambda b, s, rs, fr: b + s - rs + fr, before_right, r_sum, right_sum, first_right
+            )
+            across = is_turning(first, first_right, left_and_first) | is_turning(
                 before_right, r, last_and_right
             )
             return whole | ((i < c.idx_max) & across)

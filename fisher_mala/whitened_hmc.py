@@ -18,10 +18,13 @@ independent needs (the Fisher warm-up chooses it from the learned ``R``).
 For a diagonal-plus-low-rank ``R = D^(1/2) (I + Q diag(c) Q^T)``
 (:class:`~fisher_mala.square_roots.LowRankSqrt`) each product is a pass over ``Q`` to
 reduce (``Q^T v``) and one to expand (``Q w``), four per leapfrog step. The default
-integrator then carries ``R p`` and ``R R^T g`` with the state instead
-(:func:`_fused_velocity_verlet`): the drift moves ``x`` by ``eps R p``, the kicks move
-``R p`` by ``eps R R^T g / 2``, and ``R^T g`` and ``R R^T g`` come from one reduction
-``Q^T D^(1/2) g`` and two expansions: three passes, the same leapfrog map up to rounding.
+integrator (:func:`_fused_velocity_verlet`) moves ``x`` itself and keeps the momentum and
+the whitened gradient unexpanded, as ``v + Q a`` with ``Q^T v`` beside them
+(:class:`_Unexpanded`): the kicks add to their parts, the drift ``eps R p`` is the one
+expansion and the gradient's ``Q^T D^(1/2) g`` the one reduction, and the kinetic energy
+and NUTS's criterion are dot products of the parts. Two passes, and no more ``d``-vectors
+carried through the trajectory than the plain kernel's; the same leapfrog map up to
+rounding.
 
 Each transition starts at ``u = 0`` (the current position), so nothing in the state
 depends on where an earlier transition anchored. ``R`` lives in the state together with
@@ -264,64 +267,99 @@ class _LowRankTarget(NamedTuple):
     gram: Array  # Q^T Q, (k, k)
 
 
-def _whiten_and_color(target: _LowRankTarget, grad: Array):
-    """``(R^T g, R R^T g)`` with one reduction over ``Q`` and two expansions:
-    ``R^T g = h + Q (c a)`` and ``R R^T g = D^(1/2) (h + Q (2 c a + c G c a))``, with
-    ``h = D^(1/2) g``, ``a = Q^T h`` and ``G = Q^T Q`` (the identity for an orthonormal
-    ``Q``; used as computed, so the pair is exact for any ``Q``)."""
+class _Unexpanded(NamedTuple):
+    """A whitened vector ``vec + Q coef`` kept unexpanded, with ``proj = Q^T vec``: the
+    momentum and the whitened gradient of :func:`_fused_velocity_verlet`. Linear in its
+    three fields, so sums and multiples (NUTS's momentum sums, the kicks) act fieldwise."""
+
+    vec: Array  # (d,)
+    coef: Array  # (k,)
+    proj: Array  # (k,)
+
+
+def _unexpanded(target: _LowRankTarget, vec: Array) -> _Unexpanded:
+    """``vec`` itself, as an :class:`_Unexpanded` (one reduction over ``Q``)."""
+    basis = target.root.basis
+    return _Unexpanded(
+        vec, jnp.zeros(basis.shape[-1], vec.dtype), jnp.einsum("d,dk->k", vec, basis)
+    )
+
+
+def _expanded(target: _LowRankTarget, v: _Unexpanded) -> Array:
+    """``vec + Q coef`` (one expansion over ``Q``)."""
+    return v.vec + jnp.einsum("k,dk->d", v.coef, target.root.basis)
+
+
+def _dot(target: _LowRankTarget, a: _Unexpanded, b: _Unexpanded) -> Array:
+    """``a . b`` without expanding either: ``O(d + k^2)``."""
+    return a.vec @ b.vec + a.coef @ b.proj + a.proj @ b.coef + a.coef @ (target.gram @ b.coef)
+
+
+def _whitened_gradient(target: _LowRankTarget, grad: Array) -> _Unexpanded:
+    """``R^T g = h + Q (c t)`` with ``h = D^(1/2) g`` and ``t = Q^T h``, unexpanded: one
+    reduction over ``Q``."""
     root = target.root
     h = root.scale * grad
-    ca = root.factors * jnp.einsum("d,dk->k", h, root.basis)
-    whitened = h + jnp.einsum("k,dk->d", ca, root.basis)
-    twice = 2.0 * ca + root.factors * (target.gram @ ca)
-    return whitened, root.scale * (h + jnp.einsum("k,dk->d", twice, root.basis))
+    t = jnp.einsum("d,dk->k", h, root.basis)
+    return _Unexpanded(h, root.factors * t, t)
 
 
 def _fused_velocity_verlet(target: _LowRankTarget, kinetic_energy_fn=None):
     """Velocity Verlet in whitened coordinates ``u`` (``x = x_n + R u``, the identity
-    metric) for ``R`` a :class:`LowRankSqrt`, with **one reduction and two expansions over
+    metric) for ``R`` a :class:`LowRankSqrt`, with **one reduction and one expansion over
     ``Q`` per step** instead of two products with ``R`` (a reduction and an expansion each).
 
-    The state's position is ``(x, R p, R R^T g)`` rather than ``u``: the drift moves ``x``
-    by ``eps R p`` and the kicks move ``R p`` by ``eps R R^T g / 2``, so ``R p`` is carried
-    along instead of recomputed, and ``R R^T g`` comes with ``R^T g`` from the same ``Q^T
-    h`` (:func:`_whiten_and_color`). The momentum, the gradient (``R^T g``), the kinetic
-    energy and NUTS's criterion are those of the whitened coordinates, as before; the map
-    is the same leapfrog step, up to rounding."""
+    The state's position is ``x`` itself, and the momentum ``p`` and the whitened gradient
+    ``R^T g`` are kept unexpanded (:class:`_Unexpanded`): the kicks add ``R^T g``'s
+    ``(h, c t, t)`` to ``p``'s fields, the drift moves ``x`` by ``eps R p =
+    eps D^(1/2) (p_vec + Q (p_coef + c (Q^T p)))`` with ``Q^T p = p_proj + G p_coef`` (the
+    one expansion), and the gradient's ``t = Q^T D^(1/2) g`` is the one reduction. The
+    kinetic energy and NUTS's criterion take their dot products unexpanded
+    (:func:`_unexpanded_metric`); the map is the same leapfrog step, up to rounding."""
     del kinetic_energy_fn  # the identity metric's: the momentum itself is the velocity
 
     logdensity_and_grad = jax.value_and_grad(lambda x: target.logdensity_fn(target.unravel(x)))
+    root, gram = target.root, target.gram
+
+    def kick(momentum, whitened, half):
+        return jax.tree.map(lambda p, w: p + half * w, momentum, whitened)
 
     def one_step(state, step_size):
-        (x, velocity, colored), momentum, _, whitened = state
+        x, momentum, _, whitened = state
         half = 0.5 * step_size
-        momentum = momentum + half * whitened
-        velocity = velocity + half * colored
-        x = x + step_size * velocity
+        momentum = kick(momentum, whitened, half)
+        coef = momentum.coef + root.factors * (momentum.proj + gram @ momentum.coef)
+        x = x + step_size * (root.scale * (momentum.vec + jnp.einsum("k,dk->d", coef, root.basis)))
         logdensity, grad = logdensity_and_grad(x)
-        whitened, colored = _whiten_and_color(target, grad)
-        momentum = momentum + half * whitened
-        velocity = velocity + half * colored
+        whitened = _whitened_gradient(target, grad)
+        momentum = kick(momentum, whitened, half)
         integrators = require_blackjax().mcmc.integrators
-        return integrators.IntegratorState((x, velocity, colored), momentum, logdensity, whitened)
+        return integrators.IntegratorState(x, momentum, logdensity, whitened)
 
     return one_step
 
 
-def _fused_metric(x: Array, key_momentum):
-    """The identity metric of the whitened coordinates for :func:`_fused_velocity_verlet`,
-    whose start needs ``R p`` before the inner kernel draws ``p``: the momentum is drawn
-    here, with the key the inner kernel would use (``key_momentum``) and the shape of
-    ``u``, so the same numbers; the metric hands it back whatever it is asked with."""
+def _unexpanded_metric(target: _LowRankTarget, x: Array):
+    """The identity metric of the whitened coordinates on :class:`_Unexpanded` momenta, for
+    :func:`_fused_velocity_verlet`: the momentum drawn as the identity metric draws it (the
+    same numbers, of the shape of ``u``), its kinetic energy and NUTS's U-turn criterion
+    from unexpanded dot products."""
     metrics = require_blackjax().mcmc.metrics
     identity = metrics.gaussian_euclidean(jnp.ones_like(x))
-    momentum = identity.sample_momentum(key_momentum, jnp.zeros_like(x))
-    return metrics.Metric(
-        lambda rng_key, position: momentum,
-        identity.kinetic_energy,
-        identity.check_turning,
-        identity.scale,
-    )
+
+    def sample_momentum(rng_key, position):
+        return _unexpanded(target, identity.sample_momentum(rng_key, jnp.zeros_like(x)))
+
+    def kinetic_energy(momentum, position=None):
+        return 0.5 * _dot(target, momentum, momentum)
+
+    def is_turning(momentum_left, momentum_right, momentum_sum, position_left=None,
+                   position_right=None):  # fmt: skip
+        left, right = momentum_left, momentum_right
+        rho = jax.tree.map(lambda s, r, m: s - (r + m) / 2, momentum_sum, right, left)
+        return (_dot(target, left, rho) <= 0) | (_dot(target, right, rho) <= 0)
+
+    return metrics.Metric(sample_momentum, kinetic_energy, is_turning, identity.scale)
 
 
 def build_kernel(
@@ -390,15 +428,15 @@ def build_kernel(
         options = (num_integration_steps, max_num_doublings)
         if fuse and isinstance(r, LowRankSqrt):
             target = _LowRankTarget(logdensity_fn, unravel, r, r.basis.T @ r.basis)
-            # the momentum the inner kernel draws (its key is the first of split(rng_key)),
-            # drawn here for the start's R p; and the start's R R^T g = R (R^T g)
-            metric = _fused_metric(x, jax.random.split(rng_key)[0])
-            momentum = metric.sample_momentum(None, None)
-            position = (x, apply_sqrt(r, momentum), apply_sqrt(r, state.whitened_grad))
-            start = blackjax.mcmc.hmc.HMCState(position, state.logdensity, state.whitened_grad)
+            # momenta and whitened gradients unexpanded through the trajectory (one
+            # reduction over Q to start, one expansion for the state's R^T g at the end)
+            metric = _unexpanded_metric(target, x)
+            whitened = _unexpanded(target, state.whitened_grad)
+            start = blackjax.mcmc.hmc.HMCState(x, state.logdensity, whitened)
             end, info = run_inner(fused, rng_key, start, target, step, metric, *options)
-            y = end.position[0]
+            y = end.position
             moved = jnp.any(y != x)
+            end = end._replace(logdensity_grad=_expanded(target, end.logdensity_grad))
         else:
 
             def whitened_logdensity(u):

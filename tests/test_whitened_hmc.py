@@ -97,19 +97,33 @@ def _low_rank_root(d, k, seed, orthonormal=True):
 
 
 @pytest.mark.parametrize("orthonormal", [True, False])
-def test_low_rank_whitening_and_coloring_equal_dense_products(x64, orthonormal):
-    """The fused leapfrog step's pair ``(R^T g, R R^T g)`` from one reduction over ``Q``
-    equals the dense products, for any ``Q`` (the Gram matrix ``Q^T Q`` enters as computed)."""
+def test_unexpanded_products_equal_dense_products(x64, orthonormal):
+    """The fused leapfrog step's unexpanded vectors ``vec + Q coef``: the whitened gradient
+    from one reduction over ``Q`` is ``R^T g``, the drift's ``R p`` from the unexpanded
+    momentum is the dense product, and their dot products equal the expanded vectors', for
+    any ``Q`` (the Gram matrix ``Q^T Q`` enters as computed)."""
     from fisher_mala.square_roots import dense
 
     d, k = 40, 5
     root = _low_rank_root(d, k, seed=1, orthonormal=orthonormal)
-    grad = jnp.asarray(np.random.default_rng(2).normal(size=d))
+    rng = np.random.default_rng(2)
+    grad, p = (jnp.asarray(rng.normal(size=d)) for _ in range(2))
     target = whitened_hmc._LowRankTarget(None, None, root, root.basis.T @ root.basis)
-    whitened, colored = whitened_hmc._whiten_and_color(target, grad)
     r = np.asarray(dense(root))
-    np.testing.assert_allclose(whitened, r.T @ np.asarray(grad), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(colored, r @ r.T @ np.asarray(grad), rtol=1e-12, atol=1e-12)
+    whitened = whitened_hmc._whitened_gradient(target, grad)
+    expanded = whitened_hmc._expanded(target, whitened)
+    np.testing.assert_allclose(expanded, r.T @ np.asarray(grad), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(whitened.proj, np.asarray(root.basis).T @ whitened.vec, rtol=1e-12)
+    # a momentum after a kick: the drawn p plus a multiple of R^T g, still unexpanded
+    momentum = jax.tree.map(lambda a, b: a + 0.3 * b, whitened_hmc._unexpanded(target, p), whitened)
+    p_full = np.asarray(p) + 0.3 * np.asarray(expanded)
+    np.testing.assert_allclose(whitened_hmc._expanded(target, momentum), p_full, rtol=1e-12)
+    q = np.asarray(root.basis)
+    coef = momentum.coef + root.factors * (momentum.proj + target.gram @ momentum.coef)
+    drift = root.scale * (momentum.vec + q @ np.asarray(coef))
+    np.testing.assert_allclose(drift, r @ p_full, rtol=1e-12, atol=1e-12)
+    dot = whitened_hmc._dot(target, momentum, whitened)
+    np.testing.assert_allclose(dot, p_full @ np.asarray(expanded), rtol=1e-12)
 
 
 @pytest.mark.parametrize(
