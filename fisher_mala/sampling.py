@@ -326,7 +326,7 @@ SHARED_WORDS_PER_COORDINATE_FOR_BATCH = 64
 #: FisherMALA); at d = 785 (FisherMALA on mnist56, a dense R) one program was faster, its
 #: batched products already spread over the cores by XLA (``benchmarks/chain_threads.py``).
 #: Chains run one after the other (``"sequential"``) are grouped at every dimension, as one
-#: chain's matrix-vector products stay on one core: the groups gave 1.2-1.7 times the min
+#: chain's matrix-vector products stay on one core: the groups gave 1.1-1.8 times the min
 #: ESS per second of one program for Fisher NUTS at d = 1000 (dense R) and d = 10 000
 #: (``rank=8``), and for FisherMALA on mnist56 run sequentially (37 MB of data, a dense R),
 #: the same draws (``benchmarks/chain_threads.py --large``).
