@@ -295,6 +295,14 @@ def _dot(target: _LowRankTarget, a: _Unexpanded, b: _Unexpanded) -> Array:
     return a.vec @ b.vec + a.coef @ b.proj + a.proj @ b.coef + a.coef @ (target.gram @ b.coef)
 
 
+def _colored(target: _LowRankTarget, momentum: _Unexpanded) -> Array:
+    """``R p = D^(1/2) (p_vec + Q (p_coef + c (Q^T p)))`` with ``Q^T p = p_proj +
+    G p_coef``: one expansion over ``Q``."""
+    root = target.root
+    coef = momentum.coef + root.factors * (momentum.proj + target.gram @ momentum.coef)
+    return root.scale * (momentum.vec + jnp.einsum("k,dk->d", coef, root.basis))
+
+
 def _whitened_gradient(target: _LowRankTarget, grad: Array) -> _Unexpanded:
     """``R^T g = h + Q (c t)`` with ``h = D^(1/2) g`` and ``t = Q^T h``, unexpanded: one
     reduction over ``Q``."""
@@ -311,15 +319,13 @@ def _fused_velocity_verlet(target: _LowRankTarget, kinetic_energy_fn=None):
 
     The state's position is ``x`` itself, and the momentum ``p`` and the whitened gradient
     ``R^T g`` are kept unexpanded (:class:`_Unexpanded`): the kicks add ``R^T g``'s
-    ``(h, c t, t)`` to ``p``'s fields, the drift moves ``x`` by ``eps R p =
-    eps D^(1/2) (p_vec + Q (p_coef + c (Q^T p)))`` with ``Q^T p = p_proj + G p_coef`` (the
-    one expansion), and the gradient's ``t = Q^T D^(1/2) g`` is the one reduction. The
-    kinetic energy and NUTS's criterion take their dot products unexpanded
+    ``(h, c t, t)`` to ``p``'s fields, the drift moves ``x`` by ``eps R p``
+    (:func:`_colored`, the one expansion), and the gradient's ``t = Q^T D^(1/2) g`` is the
+    one reduction. The kinetic energy and NUTS's criterion take their dot products unexpanded
     (:func:`_unexpanded_metric`); the map is the same leapfrog step, up to rounding."""
     del kinetic_energy_fn  # the identity metric's: the momentum itself is the velocity
 
     logdensity_and_grad = jax.value_and_grad(lambda x: target.logdensity_fn(target.unravel(x)))
-    root, gram = target.root, target.gram
 
     def kick(momentum, whitened, half):
         return jax.tree.map(lambda p, w: p + half * w, momentum, whitened)
@@ -328,8 +334,7 @@ def _fused_velocity_verlet(target: _LowRankTarget, kinetic_energy_fn=None):
         x, momentum, _, whitened = state
         half = 0.5 * step_size
         momentum = kick(momentum, whitened, half)
-        coef = momentum.coef + root.factors * (momentum.proj + gram @ momentum.coef)
-        x = x + step_size * (root.scale * (momentum.vec + jnp.einsum("k,dk->d", coef, root.basis)))
+        x = x + step_size * _colored(target, momentum)
         logdensity, grad = logdensity_and_grad(x)
         whitened = _whitened_gradient(target, grad)
         momentum = kick(momentum, whitened, half)
