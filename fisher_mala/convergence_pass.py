@@ -6,9 +6,8 @@ and for the chains-disagree check each chain's mean, variance and ESS of the mea
 share their work, over a block of coordinates laid out ``(D, chains, draws)`` so that every
 step runs over contiguous rows:
 
-* one sort per coordinate, in the draws' own dtype (float32 values and their indices
-  packed into one ``uint64`` key: a plain sort instead of an ``argsort``), serves the
-  ranks of the bulk, the median, both tail quantiles;
+* one sort per coordinate, a radix sort of the draws' own bits (16 at a time), serves
+  the ranks of the bulk, the median, both tail quantiles;
 * the folded draws ``|x - median|`` of the R-hat's tail part are ordered by merging the two
   sorted runs either side of the median (a stable sort of two runs is a merge), not by a
   second full sort;
@@ -60,38 +59,35 @@ class CoordinateDiagnostics(NamedTuple):
     chain_ess_mean: np.ndarray
 
 
-def _sort_row(row: np.ndarray):
-    """``(order, ordered)`` of one row: ``order`` the index of each value in sorted order,
-    ``ordered`` the values sorted (float64).
+#: The unsigned integer type of each float's width, for its order-preserving bits.
+_UNSIGNED = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
-    A float32 row is sorted as ``uint64`` keys, the value's order-preserving bits above its
-    index: one plain sort gives both (ties come out in index order, which the average
-    ranks do not see).
+
+def _sort_row(row: np.ndarray):
+    """``(order, ordered)`` of one row: ``order`` the index of each value in sorted order
+    (ties in index order), ``ordered`` the values sorted (float64).
+
+    A least-significant-digit radix sort of the values' order-preserving bits, 16 at a
+    time: NumPy's stable argsort of 16-bit keys is a radix sort, linear in the row where
+    a comparison sort is not.
     """
-    if row.dtype == np.float32 and row.size < 2**32:
-        bits = row.view(np.uint32)
-        # Order-preserving bits: flip every bit of a negative value, the sign of the others
-        # (in place: the working memory is that of the keys).
-        flip = bits >> 31
-        flip *= np.uint32(0x7FFFFFFF)
-        flip ^= bits
-        flip ^= np.uint32(1 << 31)
-        keys = flip.astype(np.uint64)
-        del flip
-        keys <<= np.uint64(32)
-        keys |= np.arange(row.size, dtype=np.uint64)
-        keys.sort()
-        halves = keys.view(np.uint32).reshape(-1, 2)  # little-endian: (index, value bits)
-        index, value = (0, 1) if np.little_endian else (1, 0)
-        order = halves[:, index].astype(np.intp)  # scatters by intp indices run faster
-        high = halves[:, value]
-        bits = ~high  # the draw's bits: undo the flips
-        flip = high >> 31
-        flip *= np.uint32(0x7FFFFFFF)
-        bits ^= flip
-        del keys, halves, high, flip
-        return order, bits.view(np.float32).astype(np.float64)
-    order = np.argsort(row)
+    if row.dtype.itemsize not in _UNSIGNED or row.size >= 2**31:
+        order = np.argsort(row, kind="stable")
+        return order, row[order].astype(np.float64)
+    unsigned = _UNSIGNED[row.dtype.itemsize]
+    top = 8 * row.dtype.itemsize - 1
+    bits = row.view(unsigned)
+    # Order-preserving bits: flip every bit of a negative value, the sign of the others.
+    keys = bits >> top
+    keys *= unsigned((1 << top) - 1)
+    keys ^= bits
+    keys ^= unsigned(1 << top)
+    digits = keys.view(np.uint16).reshape(row.size, -1)
+    if not np.little_endian:
+        digits = digits[:, ::-1]
+    order = np.argsort(digits[:, 0], kind="stable")
+    for k in range(1, digits.shape[1]):
+        order = order[np.argsort(digits[order, k], kind="stable")]
     return order, row[order].astype(np.float64)
 
 

@@ -52,14 +52,21 @@ def test_the_pass_equals_the_estimators_one_at_a_time(case, blocks):
         )
 
 
-def test_float32_keys_sort_as_the_values():
-    rows = RNG.normal(size=(3, 999)).astype(np.float32)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_radix_sort_orders_as_a_stable_argsort(dtype):
+    rows = RNG.normal(size=(3, 999)).astype(dtype)
     rows[0, :50] = rows[0, 50:100]  # ties
-    rows[1, :5] = [np.inf, -np.inf, -0.0, 0.0, np.float32(1e-45)]
+    tiny = np.finfo(dtype).smallest_subnormal
+    rows[1, :6] = [np.inf, -np.inf, -0.0, 0.0, tiny, -tiny]
+    rows[2, ::3] = 1.0  # a run of ties across the row
     for row in rows:
         order, ordered = convergence_pass._sort_row(row)
+        assert ordered.dtype == np.float64
         np.testing.assert_array_equal(ordered, np.sort(row.astype(np.float64)))
         np.testing.assert_array_equal(row[order], ordered)
+        # Ties in index order (the radix sort puts -0.0 before 0.0, a tie to a comparison
+        # sort: the row holds them in that order).
+        np.testing.assert_array_equal(order, np.argsort(row, kind="stable"))
 
 
 @pytest.mark.parametrize("max_lag", [1, 8, 64])
