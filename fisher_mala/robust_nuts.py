@@ -133,19 +133,26 @@ def robust_iterative_uturn(is_turning: Callable, robust: bool = True):
             )
             if not robust:
                 return whole
-            j = jnp.minimum(i + 1, c.idx_max)
-            first_right, before_right = at(c.momentum, j), at(c.previous_momentum, j)
-            right_sum = at(c.momentum_sum, j)
-            left_and_first = jax.tree.map(
-                lambda rs, fs, f: rs - fs + f, right_sum, first_sum, first
-            )
-            last_and_right = jax.tree.map(
-                lambda b, s, rs, fr: b + s - rs + fr, before_right, r_sum, right_sum, first_right
-            )
-            across = is_turning(first, first_right, left_and_first) | is_turning(
-                before_right, r, last_and_right
-            )
-            return whole | ((i < c.idx_max) & across)
+
+            def across(j):
+                first_right, before_right = at(c.momentum, j), at(c.previous_momentum, j)
+                right_sum = at(c.momentum_sum, j)
+                left_and_first = jax.tree.map(
+                    lambda rs, fs, f: rs - fs + f, right_sum, first_sum, first
+                )
+                last_and_right = jax.tree.map(
+                    lambda b, s, rs, fr: b + s - rs + fr,
+                    before_right, r_sum, right_sum, first_right,
+                )  # fmt: skip
+                return is_turning(first, first_right, left_and_first) | is_turning(
+                    before_right, r, last_and_right
+                )
+
+            # The smallest subtree (checkpoint ``idx_max``, two states) has one state per
+            # half: its checks across halves are the whole's. A branch, not a mask: about
+            # half of all checks are of that subtree, and one chain's loop skips their
+            # products (under ``vmap`` the branch selects, as the mask did).
+            return whole | jax.lax.cond(i < c.idx_max, across, lambda j: jnp.zeros((), bool), i + 1)
 
         def body(state):
             i, _ = state
