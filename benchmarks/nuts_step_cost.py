@@ -3,6 +3,8 @@
     python -m benchmarks.nuts_step_cost                  # d = 1000 and 10 000
     python -m benchmarks.nuts_step_cost --dims 100,1000
     python -m benchmarks.nuts_step_cost --target hierarchical_logistic_10k
+    python -m benchmarks.nuts_step_cost --dims 100000 --per-transition
+    python -m benchmarks.nuts_step_cost --dims 100000 --profile
 
 The kernel (``fisher_mala.whitened_hmc.build_kernel("nuts")``, with and without the U-turn
 checks across subtrees) on the low-rank race's diagonal-plus-rank-8 Gaussian
@@ -17,6 +19,15 @@ first is what the products with the root's ``d x 8`` loadings cost. Printed:
 microseconds per leapfrog step of the one chain, and per lockstep leapfrog step of the four
 (the longest tree of the four at each transition). Not cached: to compare two commits, run
 it in a worktree of each, alternating.
+
+``--per-transition``: one chain of Fisher NUTS (with the checks) and of BlackJAX's diagonal
+NUTS at three step sizes each, and a least-squares line through (leapfrog steps, time)
+per transition: its slope is the cost of a leapfrog step, its intercept that of a
+transition's own work (the momentum's draw, the doublings' selections and merges).
+``--profile``: XLA's own trace (``jax.profiler``) of Fisher NUTS's 20 transitions at step
+0.2, one chain: the operations that take the most time per leapfrog step, the products
+with ``d x k`` matrices named by their shapes. Run either under ``taskset -c 0`` for one
+core, as the race's groups of chains each get one.
 """
 
 import argparse
@@ -46,14 +57,10 @@ def _root_and_start(target):
     return root, jax.random.normal(jax.random.key(1), (CHAINS, target.dim)) * jnp.sqrt(diagonal)
 
 
-def seconds_per_step(
-    target, robust: bool, batched: bool, peer: bool = False, diagonal: bool = False
-) -> float:
-    """Microseconds per (lockstep) leapfrog step, the best of three runs. ``peer``:
-    BlackJAX's own NUTS with the diagonal metric ``D`` of the root (the low-rank race's
-    ``nuts_diag``), in the target's coordinates, instead of Fisher NUTS. ``diagonal``:
-    Fisher NUTS whitened by that diagonal alone (``DiagonalSqrt``), which leaves out the
-    products with the root's ``d x 8`` loadings."""
+def _run_and_state(target, robust: bool, batched: bool, peer: bool = False,
+                   diagonal: bool = False, step: float = STEP):  # fmt: skip
+    """``(run, state)``: a jitted ``run(state, key)`` of ``TRANSITIONS`` transitions (their
+    leapfrog steps out), and the state it starts from (see :func:`seconds_per_step`)."""
     import blackjax
 
     from fisher_mala import whitened_hmc
@@ -67,7 +74,7 @@ def seconds_per_step(
         variances = root.scale**2
 
         def one(key, state):
-            return peer_kernel(key, state, target.logdensity_fn, STEP, variances)
+            return peer_kernel(key, state, target.logdensity_fn, step, variances)
 
         def init(x):
             return blackjax.nuts.init(x, target.logdensity_fn)
@@ -75,7 +82,7 @@ def seconds_per_step(
         kernel = whitened_hmc.build_kernel("nuts", robust_uturn=robust)
 
         def one(key, state):
-            return kernel(key, state, target.logdensity_fn, STEP)
+            return kernel(key, state, target.logdensity_fn, step)
 
         def init(x):
             return whitened_hmc.init(x, target.logdensity_fn, root)
@@ -95,6 +102,30 @@ def seconds_per_step(
 
     run = jax.jit(lambda s, key: jax.lax.scan(transition, s, jax.random.split(key, TRANSITIONS)))
     state, _ = jax.block_until_ready(run(state, jax.random.key(2)))
+    return run, state
+
+
+def _best_run(run, state):
+    """``(seconds, leapfrog steps per chain and transition)`` of the fastest of three runs."""
+    best, best_steps = np.inf, None
+    for r in range(3):
+        start = time.perf_counter()
+        _, steps = jax.block_until_ready(run(state, jax.random.key(3 + r)))
+        seconds = time.perf_counter() - start
+        if seconds < best:
+            best, best_steps = seconds, np.asarray(steps)
+    return best, best_steps
+
+
+def seconds_per_step(
+    target, robust: bool, batched: bool, peer: bool = False, diagonal: bool = False
+) -> float:
+    """Microseconds per (lockstep) leapfrog step, the best of three runs. ``peer``:
+    BlackJAX's own NUTS with the diagonal metric ``D`` of the root (the low-rank race's
+    ``nuts_diag``), in the target's coordinates, instead of Fisher NUTS. ``diagonal``:
+    Fisher NUTS whitened by that diagonal alone (``DiagonalSqrt``), which leaves out the
+    products with the root's ``d x 8`` loadings."""
+    run, state = _run_and_state(target, robust, batched, peer, diagonal)
     best = np.inf
     for r in range(3):
         start = time.perf_counter()
@@ -106,10 +137,76 @@ def seconds_per_step(
     return best
 
 
+#: Step sizes of ``--per-transition`` on the race's Gaussian: trees of about 63, 31 and 15
+#: leapfrog steps for Fisher NUTS (whitened by the exact root), 63, 28 and (at 0.1, a
+#: resonance) the depth limit for BlackJAX's diagonal NUTS.
+FIT_STEPS = {"fisher": (0.1, 0.2, 0.4), "blackjax": (0.05, 0.1, 0.2)}
+
+
+def per_transition(target) -> dict:
+    """``{sampler: (ms per leapfrog step, ms per transition)}``, one chain each: the slope
+    and intercept of a least-squares line through (mean leapfrog steps, mean time) per
+    transition over the step sizes of :data:`FIT_STEPS`."""
+    lines = {}
+    for sampler, steps in FIT_STEPS.items():
+        points = []
+        for step in steps:
+            run, state = _run_and_state(target, True, False, peer=sampler == "blackjax",
+                                        step=step)  # fmt: skip
+            seconds, leapfrogs = _best_run(run, state)
+            points.append((leapfrogs.mean(), seconds / TRANSITIONS * 1e3))
+        slope, intercept = np.polyfit(*np.transpose(points), 1)
+        lines[sampler] = (slope, intercept, points)
+    return lines
+
+
+def profile(target, top: int = 12) -> list[tuple[float, float, str]]:
+    """``[(µs per leapfrog step, calls per leapfrog step, operation)]``: XLA's trace of
+    Fisher NUTS's transitions (with the checks, one chain, step ``STEP``), the ``top``
+    operations by their own time (a while loop's or branch's time holds that of the
+    operations in it), each ``dot`` with its output's shape and operands."""
+    import gzip
+    import json
+    import re
+    import tempfile
+    from collections import Counter
+    from pathlib import Path
+
+    run, state = _run_and_state(target, True, False)
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        _, steps = jax.block_until_ready(run(state, jax.random.key(3)))
+        jax.profiler.stop_trace()
+        (trace,) = Path(folder).rglob("*.trace.json.gz")
+        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    leapfrogs = int(np.asarray(steps).sum())
+    hlo = run.lower(state, jax.random.key(3)).compile().as_text()
+    dots = dict(re.findall(r"%(dot\.\d+) = (\S+) dot\(", hlo))
+    time_of, calls = Counter(), Counter()
+    for event in events:
+        name = event.get("name", "")
+        if event.get("ph") == "X" and re.fullmatch(r"[\w.\-]+", name) and "::" not in name:
+            time_of[name] += event["dur"]
+            calls[name] += 1
+    rows = []
+    for name, micros in time_of.most_common():
+        if name.startswith(("while", "cond")):  # nested: their operations are counted apart
+            continue
+        label = f"{name} -> {dots[name]}" if name in dots else name
+        rows.append((micros / leapfrogs, calls[name] / leapfrogs, label))
+        if len(rows) == top:
+            break
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default="1000,10000")
     parser.add_argument("--target", help="one of the low-rank race's targets instead")
+    parser.add_argument("--per-transition", action="store_true",
+                        help="cost per leapfrog step and per transition, one chain")
+    parser.add_argument("--profile", action="store_true",
+                        help="XLA's trace of one chain's transitions")
     args = parser.parse_args(argv)
     from benchmarks import low_rank_race
 
@@ -121,6 +218,18 @@ def main(argv=None) -> None:
     with jax.enable_x64(True):
         for make in targets:
             target = make()
+            if args.per_transition:
+                for sampler, (slope, intercept, points) in per_transition(target).items():
+                    shown = ", ".join(f"{n:.1f} steps {ms:.1f} ms" for n, ms in points)
+                    print(f"{target.name}, d = {target.dim}, {sampler}: {slope:.3f} ms per "
+                          f"leapfrog step + {intercept:.1f} ms per transition ({shown})",
+                          flush=True)  # fmt: skip
+                continue
+            if args.profile:
+                print(f"{target.name}, d = {target.dim}: Fisher NUTS, one chain, per step")
+                for micros, calls, label in profile(target):
+                    print(f"{micros:8.1f} µs {calls:5.2f} calls  {label}", flush=True)
+                continue
             cells = [
                 f"{seconds_per_step(target, robust, False):.0f} / "
                 f"{seconds_per_step(target, robust, True):.0f}"
