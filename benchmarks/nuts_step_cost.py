@@ -24,10 +24,10 @@ it in a worktree of each, alternating.
 NUTS at three step sizes each, and a least-squares line through (leapfrog steps, time)
 per transition: its slope is the cost of a leapfrog step, its intercept that of a
 transition's own work (the momentum's draw, the doublings' selections and merges).
-``--profile``: XLA's own trace (``jax.profiler``) of Fisher NUTS's 20 transitions at step
-0.2, one chain: the operations that take the most time per leapfrog step, the products
-with ``d x k`` matrices named by their shapes. Run either under ``taskset -c 0`` for one
-core, as the race's groups of chains each get one.
+``--profile``: XLA's own trace (``jax.profiler``) of 20 transitions at step 0.2, one chain,
+of Fisher NUTS and of BlackJAX's diagonal NUTS: the operations that take the most time
+per leapfrog step, the products with ``d x k`` matrices named by their shapes. Run either
+under ``taskset -c 0`` for one core, as the race's groups of chains each get one.
 """
 
 import argparse
@@ -160,11 +160,12 @@ def per_transition(target) -> dict:
     return lines
 
 
-def profile(target, top: int = 12) -> list[tuple[float, float, str]]:
+def profile(target, peer: bool = False, top: int = 12) -> list[tuple[float, float, str]]:
     """``[(µs per leapfrog step, calls per leapfrog step, operation)]``: XLA's trace of
-    Fisher NUTS's transitions (with the checks, one chain, step ``STEP``), the ``top``
-    operations by their own time (a while loop's or branch's time holds that of the
-    operations in it), each ``dot`` with its output's shape and operands."""
+    Fisher NUTS's transitions (with the checks, one chain, step ``STEP``; ``peer``:
+    BlackJAX's diagonal NUTS's), the ``top`` operations by their own time (a while loop's
+    or branch's time holds that of the operations in it), each ``dot`` with its output's
+    shape."""
     import gzip
     import json
     import re
@@ -172,7 +173,7 @@ def profile(target, top: int = 12) -> list[tuple[float, float, str]]:
     from collections import Counter
     from pathlib import Path
 
-    run, state = _run_and_state(target, True, False)
+    run, state = _run_and_state(target, not peer, False, peer=peer)
     with tempfile.TemporaryDirectory() as folder:
         jax.profiler.start_trace(folder)
         _, steps = jax.block_until_ready(run(state, jax.random.key(3)))
@@ -226,9 +227,10 @@ def main(argv=None) -> None:
                           flush=True)  # fmt: skip
                 continue
             if args.profile:
-                print(f"{target.name}, d = {target.dim}: Fisher NUTS, one chain, per step")
-                for micros, calls, label in profile(target):
-                    print(f"{micros:8.1f} µs {calls:5.2f} calls  {label}", flush=True)
+                for peer, name in ((False, "Fisher NUTS"), (True, "BlackJAX's diagonal NUTS")):
+                    print(f"{target.name}, d = {target.dim}: {name}, one chain, per step")
+                    for micros, calls, label in profile(target, peer):
+                        print(f"{micros:8.1f} µs {calls:5.2f} calls  {label}", flush=True)
                 continue
             cells = [
                 f"{seconds_per_step(target, robust, False):.0f} / "
