@@ -8,6 +8,7 @@
     python -m benchmarks.numpyro_wall --cell logistic nuts 4 --fresh   # not cached, printed
     python -m benchmarks.numpyro_wall --setup     # the kernels' model set-up, two ways
     python -m benchmarks.numpyro_wall --compiles logistic 4   # where the seconds go
+    python -m benchmarks.numpyro_wall --fast-compile   # the Fisher phase's two compilations
 
 Three models (a hierarchical negative-binomial count model, a logistic regression, a
 latent Gaussian-process Poisson model; synthetic data, fixed seeds), float64, 1000
@@ -338,6 +339,58 @@ def compiles(model_name: str, chains: int) -> None:
               "programs; the longest: " + ", ".join(f"{f} {d:.2f} s" for d, f in longest))
 
 
+def fast_compile() -> None:
+    """Print, for ``FisherNUTSKernel``'s Fisher phase (1000 warm-up iterations) on the three
+    models and on logistic regressions with 20 predictors and 2000, 6000 and 20 000 rows,
+    XLA's flops per iteration (its cost analysis) and the seconds to compile and to run
+    the program, compiled as ``jax.jit`` does and with
+    ``fm.numpyro_kernel.FAST_COMPILE_OPTIONS`` (the median of three compilations each,
+    in turns)."""
+    from functools import partial
+
+    import numpyro
+    import numpyro.distributions as dist
+
+    import fisher_mala as fm
+    from fisher_mala import numpyro_kernel
+
+    def wide_logistic(x, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+        numpyro.sample("y", dist.Bernoulli(logits=x @ w), obs=y)
+
+    models = dict(_models())
+    rng = np.random.default_rng(0)
+    for rows in (2000, 6000, 20_000):
+        x = rng.normal(size=(rows, 20))
+        labels = rng.uniform(size=rows) < 0.5
+        models[f"logistic, {rows} rows"] = (wide_logistic, (x,), {"y": labels})
+    num_warmup = 1000
+    for name, (model, args, kwargs) in models.items():
+        kernel = fm.FisherNUTSKernel(model)
+        kernel._num_warmup = num_warmup
+        key_model, key_warmup = jax.random.split(jax.random.key(0))
+        params, evaluated = numpyro_kernel._initialize(kernel, key_model, None, args, kwargs)
+        warmup = kernel._warmup(lambda z, potential=kernel._potential_fn: -potential(z))
+        times, flops = {None: [], "fast": []}, None
+        for _ in range(3):
+            for way in times:  # a new function: jax.jit keeps what it compiled for one
+                fisher_phase = partial(numpyro_kernel._fisher_phase, warmup, num_steps=num_warmup)
+                lowered = jax.jit(fisher_phase).lower(key_warmup, params, evaluated=evaluated)
+                flops = lowered.cost_analysis()["flops"]
+                start = time.perf_counter()
+                options = numpyro_kernel.FAST_COMPILE_OPTIONS if way else None
+                compiled = lowered.compile(options)
+                compiled_at = time.perf_counter()
+                jax.block_until_ready(compiled(key_warmup, params, evaluated=evaluated))
+                times[way].append((compiled_at - start, time.perf_counter() - compiled_at))
+        (jit_compile, jit_run), (fast_compile, fast_run) = (
+            np.median(t, axis=0) for t in times.values()
+        )
+        print(f"{name}: {flops:.2g} flops per iteration; as jax.jit: compile {jit_compile:.2f} s"
+              f" + run {jit_run:.3f} s; fast: {fast_compile:.2f} + {fast_run:.3f} s",
+              flush=True)  # fmt: skip
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="the table only")
@@ -355,7 +408,13 @@ def main(argv=None) -> None:
                         help="with --cell: time a second run on the same data")  # fmt: skip
     parser.add_argument("--compiles", nargs=2, metavar=("MODEL", "CHAINS"),
                         help="the compilations of NUTS's and Fisher NUTS's runs")  # fmt: skip
+    parser.add_argument("--fast-compile", action="store_true",
+                        help="the Fisher phase compiled two ways (see fast_compile)")
     args = parser.parse_args(argv)
+    if args.fast_compile:
+        with jax.enable_x64(True):
+            fast_compile()
+        return
     if args.compiles:
         with jax.enable_x64(True):
             compiles(args.compiles[0], int(args.compiles[1]))

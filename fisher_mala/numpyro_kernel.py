@@ -129,6 +129,11 @@ def _initialize(kernel, rng_key, init_params, model_args, model_kwargs):
     return _checked_init_params(kernel, init_params, z), None
 
 
+#: The model evaluations that :func:`_compiled_initialization`'s program is costed at (its
+#: search tries points until one is valid: the first, for most models).
+_FINDER_ITERATIONS = 10
+
+
 def _check_found(found) -> None:
     """What NumPyro's eager ``initialize_model`` checks (its compiled one cannot raise):
     a finite potential energy and gradient at every chain's initial point ``found``."""
@@ -159,7 +164,7 @@ def _compiled_initialization(initialize, model, keys):
         functions[:] = [info.potential_fn, info.postprocess_fn]
         return info.param_info
 
-    finder = jax.jit(find)
+    finder = _CheaplyCompiled(find, _FINDER_ITERATIONS)
     found = finder(keys)
     return finder, found, None if _holds_tracer(functions, stop_at=model) else tuple(functions)
 
@@ -508,6 +513,46 @@ class FisherMALAKernel(MCMCKernel):
         self._build_kernels()
 
 
+#: Options under which XLA compiles a program without LLVM's optimizations: in about two
+#: thirds of the time, and its loops run about three times slower (``python -m
+#: benchmarks.numpyro_wall --fast-compile``). A small model's Fisher phase runs in a few
+#: hundredths of a second and compiles in seconds, once per run.
+FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0}
+#: A program whose loops' bodies cost at most this many flops per iteration in all
+#: (XLA's cost analysis, which counts each loop's body once), times its iterations, is
+#: compiled with :data:`FAST_COMPILE_OPTIONS`: its slower run then costs less than the
+#: compilation saves (the two are even near 10^10).
+FAST_COMPILE_MAX_FLOPS = 3e9
+
+
+class _CheaplyCompiled:
+    """``jax.jit(fn)``, compiled once per argument shapes with
+    :data:`FAST_COMPILE_OPTIONS` where its run is cheap (:data:`FAST_COMPILE_MAX_FLOPS`:
+    the loops' flops per iteration, times ``iterations``), as ``jax.jit`` otherwise and
+    whenever it is called under a transformation (NumPyro's ``pmap`` or ``vmap`` of
+    ``init``), where a compiled program cannot be called."""
+
+    def __init__(self, fn: Callable, iterations: int):
+        self._jitted, self._iterations = jax.jit(fn), iterations
+        self._compiled = {}
+
+    def __call__(self, *args, **kwargs):
+        leaves = jax.tree.leaves((args, kwargs))
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+            return self._jitted(*args, **kwargs)
+        key = (
+            jax.tree.structure((args, kwargs)),
+            tuple((np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves),
+        )
+        if key not in self._compiled:
+            lowered = self._jitted.lower(*args, **kwargs)
+            cost = lowered.cost_analysis() or {}
+            flops = float(cost.get("flops", np.inf)) * self._iterations
+            fast = flops <= FAST_COMPILE_MAX_FLOPS
+            self._compiled[key] = lowered.compile(FAST_COMPILE_OPTIONS if fast else None)
+        return self._compiled[key](*args, **kwargs)
+
+
 def _fisher_phase(warmup, rng_key, params, num_steps: int, evaluated=None):
     """The Fisher phase of ``warmup`` (a :class:`~fisher_mala.whitened_warmup.
     FisherHMCWarmup` of ``num_steps`` iterations) for one chain, and the
@@ -818,7 +863,7 @@ class FisherNUTSKernel(MCMCKernel):
         if cache_key[1] is None or cache_key not in self._compiled_warmups:
             warmup = self._warmup(lambda z, potential=self._potential_fn: -potential(z))
             num = self._num_warmup
-            run = jax.jit(partial(_fisher_phase, warmup, num_steps=num))
+            run = _CheaplyCompiled(partial(_fisher_phase, warmup, num_steps=num), num)
             self._compiled_warmups = {cache_key: (model_args, model_kwargs, run)}
         run = self._compiled_warmups[cache_key][2]
         carry = run(key_warmup, init_params, evaluated=evaluated)

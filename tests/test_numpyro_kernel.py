@@ -222,6 +222,40 @@ def test_fisher_nuts_kernel_compiles_its_warmup_once_for_all_chains(monkeypatch)
     assert (len(traces), len(setups)) == (2, 2)
 
 
+@pytest.mark.parametrize("expensive", [False, True])
+def test_a_cheap_program_is_compiled_without_llvms_optimizations(monkeypatch, expensive):
+    """The Fisher phase's program: compiled once per argument shapes, with the fast
+    options when its loops' flops times its iterations are at most the bound (else as
+    ``jax.jit``), the same values as ``jax.jit``'s; under ``vmap`` (NumPyro's vectorized
+    or parallel chains) ``jax.jit`` itself."""
+    from fisher_mala import numpyro_kernel
+
+    if expensive:
+        monkeypatch.setattr(numpyro_kernel, "FAST_COMPILE_MAX_FLOPS", 0.0)
+    options, original = [], jax.stages.Lowered.compile
+
+    def recording(self, compiler_options=None, **kwargs):
+        options.append(compiler_options)
+        return original(self, compiler_options, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", recording)
+
+    def fn(x, scale=1.0):
+        return jax.lax.fori_loop(0, 100, lambda i, v: jnp.sin(v) * scale + v, x)
+
+    run = numpyro_kernel._CheaplyCompiled(fn, 100)
+    x = jnp.linspace(0.0, 1.0, 5)
+    expected = jax.jit(fn)(x, scale=0.5)
+    np.testing.assert_allclose(run(x, scale=0.5), expected, rtol=1e-6)
+    np.testing.assert_allclose(run(x + 0.0, scale=0.5), expected, rtol=1e-6)  # cached
+    assert options == [None if expensive else numpyro_kernel.FAST_COMPILE_OPTIONS]
+    run(jnp.ones(3), scale=0.5)  # other shapes: compiled again
+    assert len(options) == 2
+    batched = jax.vmap(lambda v: run(v, scale=0.5))(jnp.stack([x, x]))
+    np.testing.assert_allclose(batched, jnp.stack([expected, expected]), rtol=1e-6)
+    assert len(options) == 2
+
+
 def test_a_model_whose_set_up_holds_a_traced_value_is_set_up_as_numpyro_does():
     """The model's functions come from the compiled finder's trace unless they hold one of
     its values (here a support bound computed in the model): then NumPyro's eager set-up
