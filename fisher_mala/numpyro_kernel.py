@@ -37,6 +37,7 @@ from fisher_mala.adaptations.step_size import (
     RobbinsMonroState,
     robbins_monro,
 )
+from fisher_mala.adaptations.step_size_search import MAX_DOUBLINGS
 from fisher_mala.geometric_widening import widen_on_host
 from fisher_mala.leapfrog_tuning import _step_size_phase, normalize, tuning_start
 from fisher_mala.schedule import Phase, step_at
@@ -419,7 +420,9 @@ class FisherMALAKernel(MCMCKernel):
         # run and for later runs with the same data (see `_arguments_key`)
         cache_key = _arguments_key(model_args, model_kwargs)
         if cache_key is None or cache_key not in self._compiled_starts:
-            start = jax.jit(partial(self._start, potential_fn=self._potential_fn))
+            start = _CheaplyCompiled(
+                partial(self._start, potential_fn=self._potential_fn), MAX_DOUBLINGS
+            )
             self._compiled_starts = {cache_key: (model_args, model_kwargs, start)}
         fisher_state = self._compiled_starts[cache_key][2](key_search, init_params, evaluated)
         zero = jnp.zeros((), fisher_state.logdensity.dtype)
