@@ -18,6 +18,7 @@ time is short, that column times the host's NumPy, not the device).
     python -m benchmarks.diagnostics_cost --render      # the table only
     python -m benchmarks.diagnostics_cost --block-values  # the pass per block size
     python -m benchmarks.diagnostics_cost --page-faults   # the heap primed or not
+    python -m benchmarks.diagnostics_cost --transforms    # the pass's share in the FFT
 
 ``--backends`` times rank-normalized R-hat and bulk ESS on AR(1) draws of the cells'
 shapes with the library's vectorized NumPy code (one estimator at a time, and the one pass
@@ -182,26 +183,80 @@ def run_backends() -> dict:
     return out
 
 
+def _quickstart_draws(name: str) -> np.ndarray:
+    """The draws of cell ``name``'s sampling call (as :func:`run_cell` makes them)."""
+    import jax
+
+    import fisher_mala as fm
+    from fisher_mala.checks import coordinate_names
+
+    target_name, sampler, chains, num_warmup, num_samples = CELLS[name]
+    target = fm.targets.get(target_name)
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    result = fm.sample(key_run, sampler, target.logdensity_fn,
+                       target.initial_positions(key_init, chains), num_warmup=num_warmup,
+                       num_samples=num_samples, diagnose=False)  # fmt: skip
+    return np.asarray(coordinate_names(result)[1])
+
+
+def run_transforms(repeats: int = 5) -> str:
+    """On the MALA quickstart's draws: the one pass's seconds by the clock, the CPU seconds
+    of the process during it, and the CPU seconds its threads spend in NumPy's ``rfft`` and
+    ``irfft`` (each thread's own time, summed), for the fastest of ``repeats`` passes after
+    a first. Printed, not cached."""
+    import threading
+
+    from numpy import fft
+
+    from fisher_mala import convergence_pass
+
+    x = _quickstart_draws("quickstart_mala")
+    spent, lock = {"rfft": 0.0, "irfft": 0.0}, threading.Lock()
+    originals = {name: getattr(fft, name) for name in spent}
+
+    def timed(name):
+        def call(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                with lock:
+                    spent[name] += time.thread_time() - start
+
+        return call
+
+    best = None
+    try:
+        for name in spent:
+            setattr(fft, name, timed(name))
+        convergence_pass.diagnostics_pass(x)
+        for _ in range(repeats):
+            spent.update(rfft=0.0, irfft=0.0)
+            start, cpu = time.perf_counter(), time.process_time()
+            convergence_pass.diagnostics_pass(x)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            if best is None or seconds < best[0]:
+                best = (seconds, cpu, dict(spent))
+    finally:
+        for name, function in originals.items():
+            setattr(fft, name, function)
+    seconds, cpu, spent = best
+    return (
+        f"quickstart MALA draws {x.shape}: the pass {seconds:.3f} s by the clock, "
+        f"{cpu:.3f} CPU s; in rfft {spent['rfft']:.3f} CPU s, in irfft {spent['irfft']:.3f}"
+    )
+
+
 def run_block_values(sizes=(2**40, 2**21, 2**20, 2**19), repeats=6) -> dict:
     """Median seconds of the one pass on the quickstart cells' draws, per block size
     (``convergence_pass.BLOCK_VALUES``; 2^40: no bound, one block per thread), the sizes
     taking turns so that the machine's drift falls on all alike. Printed, not cached."""
-    import jax
-
-    import fisher_mala as fm
     from fisher_mala import convergence_pass
-    from fisher_mala.checks import coordinate_names
 
     default = convergence_pass.BLOCK_VALUES
     out = {}
     for name in ("quickstart_mala", "quickstart_fisher_mala"):
-        target_name, sampler, chains, num_warmup, num_samples = CELLS[name]
-        target = fm.targets.get(target_name)
-        key_init, key_run = jax.random.split(jax.random.key(0))
-        result = fm.sample(key_run, sampler, target.logdensity_fn,
-                           target.initial_positions(key_init, chains), num_warmup=num_warmup,
-                           num_samples=num_samples, diagnose=False)  # fmt: skip
-        x = np.asarray(coordinate_names(result)[1])
+        x = _quickstart_draws(name)
         seconds = {size: [] for size in sizes}
         try:
             for _ in range(repeats):
@@ -320,7 +375,12 @@ def main(argv=None):
                         help="the one pass's seconds per block size (printed)")  # fmt: skip
     parser.add_argument("--page-faults", nargs="?", const="both", choices=("both", "on", "off"),
                         help="the pass with the heap primed and not, fresh processes")  # fmt: skip
+    parser.add_argument("--transforms", action="store_true",
+                        help="the pass's seconds in the FFT, MALA quickstart (printed)")
     args = parser.parse_args(argv)
+    if args.transforms:
+        print(run_transforms())
+        return
     if args.page_faults:
         if args.page_faults == "both":
             run_page_faults()
