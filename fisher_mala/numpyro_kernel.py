@@ -540,9 +540,9 @@ class _CheaplyCompiled:
         self._compiled = {}
 
     def __call__(self, *args, **kwargs):
-        leaves = jax.tree.leaves((args, kwargs))
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if not validation.is_concrete((args, kwargs)):
             return self._jitted(*args, **kwargs)
+        leaves = jax.tree.leaves((args, kwargs))
         key = (
             jax.tree.structure((args, kwargs)),
             tuple((np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves),
