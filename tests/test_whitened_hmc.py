@@ -108,7 +108,7 @@ def test_unexpanded_products_equal_dense_products(x64, orthonormal):
     root = _low_rank_root(d, k, seed=1, orthonormal=orthonormal)
     rng = np.random.default_rng(2)
     grad, p = (jnp.asarray(rng.normal(size=d)) for _ in range(2))
-    target = whitened_hmc._LowRankTarget(None, None, root, root.basis.T @ root.basis)
+    target = whitened_hmc._low_rank_target(None, None, root)
     r = np.asarray(dense(root))
     whitened = whitened_hmc._whitened_gradient(target, grad)
     expanded = whitened_hmc._expanded(target, whitened)
