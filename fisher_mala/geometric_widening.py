@@ -433,7 +433,8 @@ def _measured_in(r: LowRankSqrt, span, along_x, along_g, level, whitened_grad, x
     lam = xp.maximum(lam, xp.finfo(lam.dtype).tiny)
     keep = xp.argsort(-xp.abs(xp.log(lam)))[: r.basis.shape[-1]]
     basis = span @ vectors[:, keep]
-    measured_root = LowRankSqrt(r.scale, basis, xp.sqrt(lam[keep]) - 1.0)
+    rows = None if r.rows is None else basis.swapaxes(-1, -2)  # as ``r`` has them
+    measured_root = LowRankSqrt(r.scale, basis, xp.sqrt(lam[keep]) - 1.0, rows)
     # R'^T g = S' D^{1/2} g = S' S^{-1} R^T g
     g = _apply(basis, measured_root.factors, _apply(r.basis, _inverse_factors(r), whitened_grad))
     changed = xp.any(off)
@@ -527,7 +528,7 @@ def _widening_pass(r: LowRankSqrt, whitened_grad, draws, grads, xp):
     uniform = xp.all(r.scale == r.scale[0])
     correction = xp.where(uniform, 1.0, ratio)
     root = xp.sqrt(correction)
-    corrected = LowRankSqrt(r.scale * root, r.basis, r.factors)
+    corrected = r._replace(scale=r.scale * root)
     # R1 = (D E)^(1/2) S: z1 = S^-1 E^(-1/2) S z, psi1 = S E^(1/2) S^-1 psi (rows)
     inverse = _inverse_factors(r)
 

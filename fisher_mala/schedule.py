@@ -154,6 +154,9 @@ class Phase(NamedTuple):
         ``finish_block`` applied and a ``snapshot`` taken after each.
     finish_block
         ``state -> state`` after each block (e.g. recompute ``tr(R R^T)`` exactly).
+    start_block
+        ``state -> state`` before each block (and before the remainder): e.g. a layout
+        of ``R`` for the block's products, which ``finish_block`` drops again.
     snapshot
         ``(state, iteration) -> WarmupTrace`` taken after each block.
     grads_per_step
@@ -187,6 +190,7 @@ class Phase(NamedTuple):
     chains_first: bool = False
     progress_of: Callable | None = None
     before_step: Callable = lambda state, iteration: state
+    start_block: Callable = _identity
 
 
 class Schedule(NamedTuple):
@@ -228,16 +232,18 @@ def _concat(*infos, axis=0):
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=axis), *infos)
 
 
-def _blocked(step_fn, state, num_steps, offset, block, finish_block, snapshot, progress):
-    """``num_steps`` iterations in blocks of ``block``: ``finish_block`` and a snapshot
-    after each full block, ``finish_block`` after the remainder."""
+def _blocked(step_fn, state, num_steps, offset, block, blocks, snapshot, progress):
+    """``num_steps`` iterations in blocks of ``block``: ``start_block`` before each and
+    before the remainder, ``finish_block`` and a snapshot after each full block,
+    ``finish_block`` after the remainder (``blocks``: the pair)."""
+    start_block, finish_block = blocks
     num_blocks, remainder = divmod(num_steps, block)
 
     def outer(state, b):
         start = offset + b * block
         if progress is not None:
             jax.debug.callback(progress.update_to, start, ordered=False)
-        state, info = jax.lax.scan(step_fn, state, start + jnp.arange(block))
+        state, info = jax.lax.scan(step_fn, start_block(state), start + jnp.arange(block))
         state = finish_block(state)
         return state, (info, snapshot(state, start + block))
 
@@ -245,7 +251,7 @@ def _blocked(step_fn, state, num_steps, offset, block, finish_block, snapshot, p
     infos = [jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), info)]
     if remainder:
         start = offset + num_blocks * block
-        state, tail = jax.lax.scan(step_fn, state, start + jnp.arange(remainder))
+        state, tail = jax.lax.scan(step_fn, start_block(state), start + jnp.arange(remainder))
         infos.append(tail)
         state = finish_block(state)
     return state, _concat(*infos), trace
@@ -264,9 +270,8 @@ def iterate(phase: Phase, rng_key, state, num_steps: int, offset, progress=None)
         state, info = scan_with_progress(step_fn, state, num_steps, offset, progress)
         return state, info, None
     snap = phase.snapshot or (lambda s, i: None)
-    return _blocked(
-        step_fn, state, num_steps, offset, phase.block, phase.finish_block, snap, progress
-    )
+    blocks = (phase.start_block, phase.finish_block)
+    return _blocked(step_fn, state, num_steps, offset, phase.block, blocks, snap, progress)
 
 
 def run_phase(phase: Phase, rng_key, state, num_steps: int, offset, progress=None):

@@ -84,11 +84,22 @@ class LowRankSqrt(NamedTuple):
         ``(d, k)``, ``Q``, orthonormal columns.
     factors
         ``(k,)``, ``c`` (each ``> -1``, so that ``R`` is invertible).
+    rows
+        ``(k, d)``, ``Q^T`` stored row by row, or None. The products read it when it is
+        there: XLA:CPU's product of a vector with ``Q^T`` stored ``(k, d)`` runs at about
+        twice the speed of the same product with ``Q`` stored ``(d, k)`` once ``Q`` no
+        longer fits in cache (``python -m benchmarks.nuts_step_cost --dims 100000
+        --profile``). The low-rank learner sets it for the blocks of iterations in which
+        ``R`` does not change (:func:`fisher_mala.low_rank.start_block`): made in the
+        program that uses it, from ``basis``, it is the same array however a run is cut
+        into parts (a ``rows`` held over from another program could be stored ``(d, k)``
+        by XLA in one and ``(k, d)`` in the other, and round differently).
     """
 
     scale: Array
     basis: Array
     factors: Array
+    rows: Array | None = None
 
 
 #: The structured forms (anything else but ``None`` is a dense ``(d, d)`` array).
@@ -102,6 +113,9 @@ def _low_rank_apply(root: "LowRankSqrt", v: Array) -> Array:
     at every call inside a compiled loop (XLA:CPU does not hoist the transpose), which at
     large ``d`` costs more than the products themselves.
     """
+    if root.rows is not None:
+        projected = jnp.einsum("...d,kd->...k", v, root.rows) * root.factors
+        return v + jnp.einsum("...k,kd->...d", projected, root.rows)
     projected = jnp.einsum("...d,dk->...k", v, root.basis) * root.factors
     return v + jnp.einsum("...k,dk->...d", projected, root.basis)
 

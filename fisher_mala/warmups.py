@@ -631,6 +631,7 @@ def _low_rank_warmup(
                 block=low_rank.BUFFER,  # R is refreshed between blocks (low_rank docs)
                 finish_block=low_rank.finish_block(rank, damping, diagonal),
                 progress_of=lambda carry: carry[0].count,
+                start_block=low_rank.start_block,
             ),
         )
         # the phase's state is (FisherMALA state, learner); its enter runs even when the

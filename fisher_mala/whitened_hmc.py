@@ -269,13 +269,15 @@ class _LowRankTarget(NamedTuple):
 
 
 def _low_rank_target(logdensity_fn, unravel, root: LowRankSqrt) -> _LowRankTarget:
-    """The fused step's target, with ``Q^T`` copied out once per transition: XLA:CPU's
+    """The fused step's target, with ``Q^T`` (the root's ``rows``, or copied out once per
+    transition when it has none): XLA:CPU's
     products of a vector with ``Q`` stored ``(d, k)`` run at about half the speed of the
     same products with ``Q^T`` stored ``(k, d)`` when the loop's vectors and matrices do not
     fit in cache (``python -m benchmarks.nuts_step_cost --dims 100000 --profile``), and a
     trajectory's dozens of leapfrog steps repay the one copy."""
     basis = root.basis  # the transpose is made outside the trajectory's loop, where it stays
-    return _LowRankTarget(logdensity_fn, unravel, root, basis.T @ basis, basis.T)
+    rows = basis.T if root.rows is None else root.rows
+    return _LowRankTarget(logdensity_fn, unravel, root, basis.T @ basis, rows)
 
 
 class _Unexpanded(NamedTuple):

@@ -27,7 +27,7 @@ def test_low_rank_square_root_products_equal_dense_linear_algebra():
     with jax.enable_x64(True):
         rng = np.random.default_rng(0)
         root = _root(rng)
-        scale, basis, c = (np.asarray(a) for a in root)
+        scale, basis, c = (np.asarray(a) for a in root[:3])
         dense = np.diag(scale) @ (np.eye(9) + basis @ np.diag(c) @ basis.T)
         np.testing.assert_allclose(square_roots.dense(root), dense, rtol=1e-12)
         w, g = rng.normal(size=9), rng.normal(size=(4, 9))
