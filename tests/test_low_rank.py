@@ -42,6 +42,18 @@ def test_low_rank_square_root_products_equal_dense_linear_algebra():
         inverse = low_rank._inverse_factors(root)
         undo = low_rank._apply(root.basis, inverse, jnp.asarray(dense @ w) / root.scale)
         np.testing.assert_allclose(undo, w, rtol=1e-10)
+        # the same products read from Q^T stored (k, d), as the learner's blocks run them
+        rows = root._replace(rows=jnp.asarray(basis.T.copy()))
+        np.testing.assert_allclose(square_roots.color(rows, jnp.asarray(w)), dense @ w, rtol=1e-12)
+        np.testing.assert_allclose(square_roots.whiten(rows, jnp.asarray(g)), g @ dense,
+                                   rtol=1e-12)  # fmt: skip
+        learner = low_rank.init(jax.random.key(0), 9, jnp.float64, 3)
+        x = jnp.asarray(w)
+        state = low_rank.fisher_state(x, -0.5 * x @ x, -x, 0.1, learner.sqrt_precond)
+        for part in low_rank.start_block((state, learner)):
+            np.testing.assert_array_equal(part.sqrt_precond.rows, part.sqrt_precond.basis.T)
+        for part in low_rank.finish_block(3)(low_rank.start_block((state, learner))):
+            assert part.sqrt_precond.rows is None  # the states between blocks have none
 
 
 def _diag_plus_low_rank(dim=200, seed=0):
