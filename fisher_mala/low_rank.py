@@ -83,7 +83,7 @@ from fisher_mala.adaptations.fisher import DAMPING, whitened_signal
 from fisher_mala.adaptations.step_size import RobbinsMonroState
 from fisher_mala.mala import kernel_view
 from fisher_mala.pytree import ravel
-from fisher_mala.square_roots import LowRankSqrt, _low_rank_apply
+from fisher_mala.square_roots import LowRankSqrt, _low_rank_apply, with_rows, without_rows
 
 __all__ = [
     "LowRankFisherState",
@@ -635,8 +635,7 @@ def start_block(carry):
     speed at large ``d`` (:class:`~fisher_mala.square_roots.LowRankSqrt`); one transpose
     per block, in which ``R`` does not change. :func:`finish_block` drops them again."""
     state, learner = carry
-    root = learner.sqrt_precond
-    root = root._replace(rows=root.basis.swapaxes(-1, -2))
+    root = with_rows(learner.sqrt_precond)
     return state._replace(sqrt_precond=root), learner._replace(sqrt_precond=root)
 
 
@@ -648,7 +647,7 @@ def finish_block(rank: int, damping=DAMPING, diagonal=DEFAULT_DIAGONAL) -> Calla
 
     def finish(carry):
         state, learner = carry
-        learner = learner._replace(sqrt_precond=learner.sqrt_precond._replace(rows=None))
+        learner = learner._replace(sqrt_precond=without_rows(learner.sqrt_precond))
         learner = end_of_block(learner, rank, damping, diagonal)
         root = learner.sqrt_precond
         state = state._replace(

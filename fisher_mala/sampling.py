@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fisher_mala import checks, registry, run_checkpoint, sinks, validation
+from fisher_mala import checks, registry, run_checkpoint, sinks, square_roots, validation
 from fisher_mala.base import ArrayTree, SamplingAlgorithm
 from fisher_mala.chain_threads import GroupedExecutable, chain_groups
 from fisher_mala.progress import ProgressBar, scan_with_progress
@@ -660,8 +660,10 @@ def _draws_of(step, key, state, params, num_draws, thinning, per_step, bar, star
             jnp.zeros(proposal_shape.shape, proposal_shape.dtype),
             jnp.zeros(finite_shape.shape, jnp.int32),
         )
+    # a low-rank R's Q^T stored (k, d) for the block's products (square_roots.with_rows)
+    state = square_roots.with_rows(state)
     (state, failed), out = scan_with_progress(draw, (state, failed), num_draws, start, bar)
-    return state, out, failed
+    return square_roots.without_rows(state), out, failed
 
 
 @dataclass

@@ -20,6 +20,7 @@ a ``(d, d)`` array             dense (the Fisher ``R``)    ``O(d^2)``
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
@@ -28,6 +29,8 @@ __all__ = [
     "CholeskySqrt",
     "LowRankSqrt",
     "STRUCTURED",
+    "with_rows",
+    "without_rows",
     "color",
     "whiten",
     "dense",
@@ -89,8 +92,8 @@ class LowRankSqrt(NamedTuple):
         there: XLA:CPU's product of a vector with ``Q^T`` stored ``(k, d)`` runs at about
         twice the speed of the same product with ``Q`` stored ``(d, k)`` once ``Q`` no
         longer fits in cache (``python -m benchmarks.nuts_step_cost --dims 100000
-        --profile``). The low-rank learner sets it for the blocks of iterations in which
-        ``R`` does not change (:func:`fisher_mala.low_rank.start_block`): made in the
+        --profile``). The low-rank learner and the sampling phase set it for the blocks of
+        iterations in which ``R`` does not change (:func:`with_rows`): made in the
         program that uses it, from ``basis``, it is the same array however a run is cut
         into parts (a ``rows`` held over from another program could be stored ``(d, k)``
         by XLA in one and ``(k, d)`` in the other, and round differently).
@@ -100,6 +103,28 @@ class LowRankSqrt(NamedTuple):
     basis: Array
     factors: Array
     rows: Array | None = None
+
+
+def with_rows(tree):
+    """``tree`` with every :class:`LowRankSqrt` in it given its ``rows`` (``Q^T`` stored
+    ``(k, d)``; a batch of them, ``(..., k, d)``), for a compiled loop in which ``R``
+    does not change. Made in the program that runs the loop (see ``rows``)."""
+
+    def give(node):
+        if isinstance(node, LowRankSqrt) and node.rows is None:
+            return node._replace(rows=node.basis.swapaxes(-1, -2))
+        return node
+
+    return jax.tree.map(give, tree, is_leaf=lambda node: isinstance(node, LowRankSqrt))
+
+
+def without_rows(tree):
+    """``tree`` with the ``rows`` of every :class:`LowRankSqrt` in it dropped."""
+
+    def drop(node):
+        return node._replace(rows=None) if isinstance(node, LowRankSqrt) else node
+
+    return jax.tree.map(drop, tree, is_leaf=lambda node: isinstance(node, LowRankSqrt))
 
 
 #: The structured forms (anything else but ``None`` is a dense ``(d, d)`` array).
