@@ -31,8 +31,9 @@ machine with accelerators, counts up to the number of accelerators. Results are 
 chain, float32, on the standard Gaussian in ``d`` dimensions, for each ``k`` of
 ``--ranks``: microseconds per adaptive iteration (one gradient, the ``O(d k)`` products, the
 learner's update, its cycle's refresh amortized) and the compiled program's memory (the
-chain's state, ``12 d k`` numbers of the learner and ``O(d)`` more, and XLA's temporaries):
-per chain, since the chains of ``fm.sample`` each have their own.
+chain's state, ``12 d k`` numbers of the learner (``d k`` more inside a block: ``Q^T``)
+and ``O(d)`` more, and XLA's temporaries): per chain, since the chains of ``fm.sample`` each
+have their own.
 ``--low-rank-widening`` adds, for the same ``(d, k)``, the memory of the step-size phase's
 low-rank widening (:mod:`fisher_mala.geometric_widening`): the kept draws and whitened
 gradients (``2 m d`` numbers) and the compiled widening's program, compiled, not run.

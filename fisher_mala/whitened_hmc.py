@@ -269,8 +269,8 @@ class _LowRankTarget(NamedTuple):
 
 
 def _low_rank_target(logdensity_fn, unravel, root: LowRankSqrt) -> _LowRankTarget:
-    """The fused step's target, with ``Q^T`` (the root's ``rows``, or copied out once per
-    transition when it has none): XLA:CPU's
+    """The fused step's target, with ``Q^T`` stored ``(k, d)``: the root's ``rows`` (the
+    sampling phase's blocks), or copied out once per transition when it has none. XLA:CPU's
     products of a vector with ``Q`` stored ``(d, k)`` run at about half the speed of the
     same products with ``Q^T`` stored ``(k, d)`` when the loop's vectors and matrices do not
     fit in cache (``python -m benchmarks.nuts_step_cost --dims 100000 --profile``), and a
