@@ -19,6 +19,7 @@ time is short, that column times the host's NumPy, not the device).
     python -m benchmarks.diagnostics_cost --block-values  # the pass per block size
     python -m benchmarks.diagnostics_cost --page-faults   # the heap primed or not
     python -m benchmarks.diagnostics_cost --transforms    # the pass's share in the FFT
+    python -m benchmarks.diagnostics_cost --pool          # new threads or the kept pool
 
 ``--backends`` times rank-normalized R-hat and bulk ESS on AR(1) draws of the cells'
 shapes with the library's vectorized NumPy code (one estimator at a time, and the one pass
@@ -365,6 +366,35 @@ def run_page_faults(rounds: int = 3) -> None:
             print(out.strip(), flush=True)
 
 
+def run_pool(rounds: int = 4) -> str:
+    """After the MALA quickstart's ``fm.sample`` call, in its process: the one pass on new
+    threads (the pool dropped first, as every pass did before the pool was kept) and on
+    the kept pool's threads, taking turns; seconds and minor page faults of each (printed)."""
+    import resource
+
+    import scipy.special  # noqa: F401  (imported before the first pass, as in run_cell)
+
+    from fisher_mala import convergence_pass
+    from fisher_mala.checks import WORKING_MEMORY_FLOOR
+
+    x = _quickstart_draws("quickstart_mala")
+    budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
+    lines = []
+    for _ in range(rounds):
+        for way in ("new threads", "kept pool"):
+            if way == "new threads":
+                for pool in convergence_pass._POOLS.values():
+                    pool.shutdown()
+                convergence_pass._POOLS.clear()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            start = time.perf_counter()
+            convergence_pass.diagnostics_pass(x, budget_bytes=budget)
+            seconds = time.perf_counter() - start
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            lines.append(f"{way}: {seconds:.3f} s, {faults} page faults")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="write the table only")
@@ -375,11 +405,20 @@ def main(argv=None):
                         help="the one pass's seconds per block size (printed)")  # fmt: skip
     parser.add_argument("--page-faults", nargs="?", const="both", choices=("both", "on", "off"),
                         help="the pass with the heap primed and not, fresh processes")  # fmt: skip
-    parser.add_argument("--transforms", action="store_true",
-                        help="the pass's seconds in the FFT, MALA quickstart (printed)")
+    parser.add_argument(
+        "--pool", action="store_true", help="the pass on new threads and on the kept pool (printed)"
+    )
+    parser.add_argument(
+        "--transforms",
+        action="store_true",
+        help="the pass's seconds in the FFT, MALA quickstart (printed)",
+    )
     args = parser.parse_args(argv)
     if args.transforms:
         print(run_transforms())
+        return
+    if args.pool:
+        print(run_pool())
         return
     if args.page_faults:
         if args.page_faults == "both":

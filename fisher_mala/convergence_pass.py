@@ -264,27 +264,25 @@ def _mean_power(fill, coords, half: int, padded, spectrum, pairs: int):
     return spectrum[:num, ::pairs], means
 
 
-#: Each thread's transform buffers of the pass in progress (:func:`_transform_buffers`).
-_WORKSPACE = threading.local()
-
-
-def _transform_buffers(dim: int, num_split: int, half: int, size: int):
+def _transform_buffers(workspace: dict, dim: int, num_split: int, half: int, size: int):
     """``(padded, spectrum)``: a buffer ``(dim, num_split, size)`` whose values past
-    ``half`` are zero, and a spectrum, for the four kinds of series in turn; the thread's
-    next block of the same shape reuses them (a fresh large array is fresh pages, a page
-    fault each: a tenth of the pass when every block took new ones)."""
-    key = (dim, num_split, size)
-    if getattr(_WORKSPACE, "key", None) != key:
-        _WORKSPACE.key = _WORKSPACE.buffers = None  # the old buffers go before the new come
+    ``half`` are zero, and a spectrum, for the four kinds of series in turn. ``workspace``
+    is the pass's: the calling thread's next block of the same shape reuses them (a fresh
+    large array is fresh pages, a page fault each: a tenth of the pass when every block
+    took new ones), and they go with the pass."""
+    key = (threading.get_ident(), dim, num_split, size)
+    if key not in workspace:
+        for old in [k for k in workspace if k[0] == key[0]]:  # the old go before the new come
+            del workspace[old]
         padded = np.empty((dim, num_split, size))
         spectrum = np.empty((dim, num_split, size // 2 + 1), np.complex128)
-        _WORKSPACE.key, _WORKSPACE.buffers = key, (padded, spectrum)
-    padded, spectrum = _WORKSPACE.buffers
+        workspace[key] = (padded, spectrum)
+    padded, spectrum = workspace[key]
     padded[..., half:] = 0.0  # (np.zeros of a large array would hold the GIL to zero it)
     return padded, spectrum
 
 
-def _spectra_ess(fills, constants, coords, shape, size):
+def _spectra_ess(workspace, fills, constants, coords, shape, size):
     """``(pooled, per_chain, complete, looked)`` of the coordinates ``coords`` from their
     four kinds of series ``(2 C, h)`` (``fills``: bulk scores, the two tail indicators,
     the raw split chains; ``constants``: whether each kind's groups are one value,
@@ -295,7 +293,7 @@ def _spectra_ess(fills, constants, coords, shape, size):
     coordinate's values is (see :func:`_group_ess`)."""
     num_split, half = shape
     dim, chains = _count(coords), num_split // 2
-    padded, spectrum = _transform_buffers(dim, num_split, half, size)
+    padded, spectrum = _transform_buffers(workspace, dim, num_split, half, size)
     buffers = (half, padded, spectrum)
     pooled, pooled_complete, pooled_looked = [], [], 0
     for fill, constant in zip(fills[:3], constants[:3], strict=True):
@@ -319,12 +317,13 @@ def _spectra_ess(fills, constants, coords, shape, size):
     )
 
 
-def _block(x: np.ndarray, prob, max_lag=None):
-    """:func:`diagnostics_pass` of one block of coordinates ``(C, N, D)`` (NaN, constant
-    coordinates and zero variances give NaN or the conventions above, silently: the
-    error state is per thread, so it is set here)."""
+def _block(x: np.ndarray, prob, max_lag=None, workspace=None):
+    """:func:`diagnostics_pass` of one block of coordinates ``(C, N, D)``, its transform
+    buffers in the pass's ``workspace`` (a dict; the block's own when None). NaN, constant
+    coordinates and zero variances give NaN or the conventions above, silently: the error
+    state is per thread, so it is set here."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _block_values(x, prob, max_lag)
+        return _block_values({} if workspace is None else workspace, x, prob, max_lag)
 
 
 def _next_fast_len(n: int) -> int:
@@ -344,7 +343,7 @@ def _next_fast_len(n: int) -> int:
     return best
 
 
-def _block_values(x: np.ndarray, prob, max_lag):
+def _block_values(workspace: dict, x: np.ndarray, prob, max_lag):
     chains, n, dim = x.shape
     rows = np.ascontiguousarray(np.moveaxis(x, -1, 0))  # (D, C, N), the draws' dtype
     chain_mean = rows.mean(axis=-1, dtype=np.float64)
@@ -401,12 +400,12 @@ def _block_values(x: np.ndarray, prob, max_lag):
     # A slice, not indices: the fills then read the block's rows without copying them.
     every = slice(0, dim)
     pooled, per_chain, complete, looked = _spectra_ess(
-        fills, constants, every, split.shape[1:], size
+        workspace, fills, constants, every, split.shape[1:], size
     )
     if not complete.all():  # the sums of these coordinates go on: every lag
         redo = np.flatnonzero(~complete)
         pooled[redo], per_chain[redo], _, looked_redo = _spectra_ess(
-            fills, constants, redo, split.shape[1:], full
+            workspace, fills, constants, redo, split.shape[1:], full
         )
         looked = max(looked, looked_redo)
     bulk, tail_low, tail_high = pooled.T
@@ -493,6 +492,30 @@ def _prime_heap() -> None:
     np.empty(HEAP_PRIMER_BYTES, np.uint8)
 
 
+#: The process's thread pools of the pass, one per number of workers (a pass runs at most
+#: its planned number of blocks at once). The threads outlive a pass, and so do the pages
+#: of their malloc arenas (up to glibc's trim threshold, the pass's working memory): a new
+#: thread's arena is fresh pages, a page fault on each first touch of the pass's working
+#: memory (about 8 000 at the quickstart's shape), which after a JAX run cost a fifth of
+#: the pass on the machine measured (``python -m benchmarks.diagnostics_cost --pool``).
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    if workers not in _POOLS:
+        _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="fisher_mala_checks")
+    return _POOLS[workers]
+
+
+def _forget_pools() -> None:
+    """A forked child has none of its parent's threads: it starts pools of its own."""
+    _POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
 def diagnostics_pass(x, prob=(0.05, 0.95), budget_bytes=None) -> CoordinateDiagnostics:
     """Every diagnostic of :class:`CoordinateDiagnostics` of draws ``x`` ``(C, N, D)``.
 
@@ -522,17 +545,15 @@ def diagnostics_pass(x, prob=(0.05, 0.95), budget_bytes=None) -> CoordinateDiagn
     workers, (first, *rest) = _plan(x, budget_bytes)
     if PRIME_HEAP:
         _prime_heap()
-    # Every block on the pool's threads, or all on this one: each thread that allocates
-    # keeps its own malloc arena, which holds on to up to a block's memory once freed.
+    workspace = {}  # each thread's transform buffers, for this pass only
     if workers == 1 or not rest:
-        try:
-            values, looked = _block(x[..., first], prob)
-            parts = [values] + [_block(x[..., b], prob, looked)[0] for b in rest]
-        finally:  # this thread's buffers go with the pass (the pool's go with its threads)
-            _WORKSPACE.__dict__.clear()
+        values, looked = _block(x[..., first], prob, None, workspace)
+        parts = [values] + [_block(x[..., b], prob, looked, workspace)[0] for b in rest]
     else:
-        with ThreadPoolExecutor(workers) as pool:
-            values, looked = pool.submit(_block, x[..., first], prob).result()
-            parts = [values]
-            parts += [v for v, _ in pool.map(lambda b: _block(x[..., b], prob, looked), rest)]
+        pool = _pool(workers)
+        values, looked = pool.submit(_block, x[..., first], prob, None, workspace).result()
+        parts = [values]
+        parts += [
+            v for v, _ in pool.map(lambda b: _block(x[..., b], prob, looked, workspace), rest)
+        ]
     return CoordinateDiagnostics(*(np.concatenate(p, axis=-1) for p in zip(*parts, strict=True)))

@@ -117,3 +117,23 @@ def test_quantiles_of_sorted_values_equal_numpys_to_the_last_bit():
             for prob in probs:
                 got = convergence_pass._sorted_quantiles(ordered, prob)
                 np.testing.assert_array_equal(got, np.quantile(values, prob))
+
+
+def test_passes_share_one_pool_and_a_forked_child_starts_its_own(monkeypatch):
+    """The pass's threads outlive it (their malloc arenas keep their pages); each pass's
+    transform buffers go with it; after a fork the pools are forgotten and made anew."""
+    monkeypatch.setattr(convergence_pass.os, "cpu_count", lambda: 2)
+    x = ar1(4, 400, 5, 0.7)
+    first = convergence_pass.diagnostics_pass(x)
+    pool = convergence_pass._POOLS[2]
+    threads = set(pool._threads)
+    second = convergence_pass.diagnostics_pass(x)
+    assert convergence_pass._POOLS[2] is pool and set(pool._threads) == threads
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+    convergence_pass._forget_pools()  # what a forked child runs (os.register_at_fork)
+    assert convergence_pass._POOLS == {}
+    third = convergence_pass.diagnostics_pass(x)
+    assert convergence_pass._POOLS[2] is not pool
+    for a, b in zip(first, third, strict=True):
+        np.testing.assert_array_equal(a, b)
