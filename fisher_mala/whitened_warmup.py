@@ -404,7 +404,8 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         out = on_host(self.share_after, out, plateau)
         settled = on_host(self.settled, out[0][0])
         self.chose_after(plateau)
-        return call("tuning_stage", out, metric, settled, plateau)
+        out = call("tuning_stage", out, metric, settled, plateau)
+        return on_host(self.regroup_after, out, plateau)
 
     def regroup(self, fisher_out):
         """The Fisher phase's outcome with the chains left behind restarted from others'

@@ -11,6 +11,8 @@ chain at most, in float64 on the host, and skipped above
 :data:`~fisher_mala.adaptations.stopping_rule.AUTO_MAX_DIM`.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -82,6 +84,12 @@ class HostLooks:
         (:func:`shared_shape`) after a phase that ended on a ``plateau``; otherwise, or
         pooled (one ``R`` already), unchanged."""
         return shared_shape(fisher_out) if plateau and not self.pooled else fisher_out
+
+    def regroup_after(self, warmup_out, plateau: bool):
+        """The warm-up's outcome with the chains whose step is far from the others'
+        restarted from the chain nearest the median (:func:`regroup_steps`) after a
+        ``plateau``; otherwise, or with ``regroup=False``, unchanged."""
+        return regroup_steps(warmup_out) if plateau and self.regroup_chains else warmup_out
 
     def choose(self, fisher_state, learned: bool | None = None) -> str:
         """``"dense"`` or ``"diagonal"``, from the Fisher phase's final state (every chain's).
@@ -168,4 +176,68 @@ def shared_shape(fisher_out):
     grads = jax.vmap(ravel)(state.logdensity_grad)
     whitened = jnp.einsum("cij,ci->cj", roots, grads.astype(roots.dtype))
     state = state._replace(sqrt_precond=roots, whitened_grad=whitened)
+    return (state, params), info
+
+
+#: After a plateau, a chain whose effective leapfrog step (its step times the root mean
+#: square scale of its ``R``) is more than this factor from the chains' median restarts
+#: the sampling phase from the state and parameters of the chain nearest the median. The
+#: chains of one target tune steps within tens of percent of each other (the race's
+#: plateau cell without a funnel, ``gp_pois_regr``: 0.52-0.54); on the centred eight
+#: schools they ended 2.5 to 1600 times apart, and a factor of 4 left chains at 0.4 of
+#: the median spending 4 times the others' gradients per draw
+#: (``python -m benchmarks.nutpie_race --funnel``).
+STEP_OUTLIER_FACTOR = 2.0
+
+
+def effective_steps(params) -> np.ndarray | None:
+    """Each chain's leapfrog step in the target's own units, ``epsilon_c sqrt(tr(R_c
+    R_c^T) / d)``; None for fewer than three chains, a diagonal or low-rank ``R``, or
+    under ``jit``."""
+    r, step = getattr(params, "sqrt_precond", None), getattr(params, "step_size", None)
+    if not (isinstance(r, jax.Array | np.ndarray) and np.ndim(r) == 3 and np.shape(r)[0] > 2):
+        return None
+    if not validation.is_concrete((r, step)):
+        return None
+    r = np.asarray(r, np.float64)
+    return np.asarray(step, np.float64) * np.sqrt(np.einsum("cij,cij->c", r, r) / r.shape[-1])
+
+
+def regroup_steps(warmup_out):
+    """The warm-up's outcome (every chain's, after a plateau) with every chain whose
+    effective step (:func:`effective_steps`) is more than :data:`STEP_OUTLIER_FACTOR` from
+    the chains' median given the state (position included) and parameters of the chain
+    nearest the median, with a :class:`~fisher_mala.checks.SamplingWarning`.
+
+    In a funnel no one step suits every region: a chain whose step-size phase ran in the
+    neck ends with a step hundreds of times smaller than the others' and then spends
+    hundreds of gradients per draw in the mouth (or one tuned in the mouth never enters
+    the neck). The warm-up's draws are not the run's and the parameters are fixed before
+    the sampling phase, so restarting a chain there changes no stationary distribution.
+    """
+    (state, params), info = warmup_out
+    steps = effective_steps(params)
+    if steps is None or not np.all(np.isfinite(steps) & (steps > 0)):
+        return warmup_out
+    median = np.median(steps)
+    ratio = steps / median
+    outliers = np.flatnonzero((ratio > STEP_OUTLIER_FACTOR) | (ratio < 1 / STEP_OUTLIER_FACTOR))
+    if outliers.size == 0:
+        return warmup_out
+    donor = int(np.argmin(np.abs(np.log(ratio))))
+    index = np.arange(steps.size)
+    index[outliers] = donor
+    from fisher_mala.checks import SamplingWarning
+
+    warnings.warn(
+        SamplingWarning(
+            f"After a plateau of the Fisher phase (a funnel), chain(s) {outliers.tolist()} "
+            f"ended the warm-up with a leapfrog step {np.round(ratio[outliers], 3).tolist()} "
+            f"times the chains' median (in the target's units): they start the sampling "
+            f"phase from chain {donor}'s state, step and R. A non-centred parameterization "
+            "removes the funnel."
+        ),
+        stacklevel=3,
+    )
+    state, params = jax.tree.map(lambda a: a[index], (state, params))
     return (state, params), info

@@ -181,9 +181,10 @@ class WarmupInParts:
 
     def _tune_in_parts(self, call, num_steps, every, tree, meta, save):
         """The step-size phase from ``tree`` (:meth:`_to_tuning`) in parts of ``every``."""
-        self.chose_after(meta.get("plateau", False))
+        plateau = meta.get("plateau", False)
+        self.chose_after(plateau)
         if meta["stage"] == "done":
-            return tree["out"]
+            return self.regroup_after(tree["out"], plateau)
         finfo = tree["finfo"]
         num_fisher = finfo.acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, meta["settled"])
@@ -201,7 +202,8 @@ class WarmupInParts:
         if info is None:  # no step-size iterations: empty infos of the right shape
             empty = np.zeros((*np.shape(finfo.acceptance_rate)[:-1], 0))
             info = (empty, empty.astype(bool), empty.astype(bool), empty.astype(np.int32))
-        return call("tuning_finish", (finfo, tree["carry"], info), 0, meta.get("plateau", False))
+        out = call("tuning_finish", (finfo, tree["carry"], info), 0, plateau)
+        return self.regroup_after(out, plateau)
 
 
 def _cut(parts, points) -> tuple:

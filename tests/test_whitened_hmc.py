@@ -364,6 +364,52 @@ def test_after_a_plateau_every_chain_takes_the_chains_mean_shape_and_keeps_its_t
     assert shared_shape(((diagonal, None), None))[0][0] is diagonal
 
 
+def test_after_a_plateau_a_chain_whose_step_is_far_from_the_others_restarts_from_one(x64):
+    """``regroup_steps``: effective steps ``epsilon_c sqrt(tr(R_c R_c^T) / d)`` against
+    dense linear algebra; a chain more than ``STEP_OUTLIER_FACTOR`` from their median (too
+    small or too large) takes the whole state and parameters of the chain nearest the
+    median, with a warning naming it; within the factor, with two chains, a diagonal
+    ``R`` or ``regroup=False``: unchanged."""
+    from fisher_mala.leapfrog_tuning import WarmupParameters
+    from fisher_mala.whitened_warmup_looks import (
+        STEP_OUTLIER_FACTOR,
+        effective_steps,
+        regroup_steps,
+    )
+
+    rng = np.random.default_rng(5)
+    chains, d = 5, 3
+    r = np.tril(rng.normal(size=(chains, d, d))) + 2.0 * np.eye(d)
+    rms = np.sqrt(np.trace(r @ np.swapaxes(r, 1, 2), axis1=1, axis2=2) / d)
+    factor = STEP_OUTLIER_FACTOR
+    wanted = np.array([1.0, 1.1, 0.9 / factor - 0.05, 0.95, 1.05 * factor])
+    steps = wanted / rms  # effective steps: the median 1.0 (chain 0), chains 2 and 4 outside
+    params = WarmupParameters(jnp.asarray(steps), jnp.asarray(r))
+    np.testing.assert_allclose(effective_steps(params), wanted, rtol=1e-12)
+    state = {"position": jnp.arange(chains * d, dtype=float).reshape(chains, d)}
+    with pytest.warns(fm.SamplingWarning, match=r"chain\(s\) \[2, 4\].*chain 0's state"):
+        (new_state, new_params), info = regroup_steps(((state, params), "info"))
+    assert info == "info"
+    index = np.array([0, 1, 0, 3, 0])
+    np.testing.assert_array_equal(new_state["position"], np.asarray(state["position"])[index])
+    np.testing.assert_array_equal(new_params.step_size, steps[index])
+    np.testing.assert_array_equal(new_params.sqrt_precond, r[index])
+    inside = WarmupParameters(jnp.asarray(np.array([1.0, 1.9, 0.6, 1.0, 1.2]) / rms), r)
+    assert regroup_steps(((state, inside), None))[0][1] is inside
+    two = WarmupParameters(params.step_size[:2], params.sqrt_precond[:2])
+    assert effective_steps(two) is None
+    diagonal_root = fm.square_roots.DiagonalSqrt(jnp.ones((chains, d)))
+    diagonal = WarmupParameters(params.step_size, diagonal_root)
+    assert regroup_steps(((state, diagonal), None))[0][1] is diagonal
+    def logdensity(x):
+        return -0.5 * jnp.sum(x**2)
+
+    out = ((state, params), None)
+    warmup = fm.whitened_warmup.FisherHMCWarmup(logdensity, regroup=False)
+    assert warmup.regroup_after(out, plateau=True) is out
+    assert fm.whitened_warmup.FisherHMCWarmup(logdensity).regroup_after(out, False) is out
+
+
 def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
     d = 10
     c = random_covariance(d, seed=11, jitter=0.5)
