@@ -182,9 +182,10 @@ def render_seeds(roots=SEED_ROOTS) -> str:
         ratios = [seed[t]["per_grad"] for seed in per_seed]
         means[t] = float(np.exp(np.mean(np.log(ratios))))
         cells_text = " | ".join(
-            f"{v:.2f}" + (" (nutpie wrong)" if "nutpie" in seed[t]["failed"] else "")
+            f"{v:.2f}" + "".join(f" ({name} wrong: {why})" if name != "nutpie" else
+                                 " (nutpie wrong)" for name, why in seed[t]["failed"].items())
             for v, seed in zip(ratios, per_seed, strict=True)
-        )
+        )  # fmt: skip
         lines.append(f"| `{t}` | {cells_text} | {means[t]:.2f} |")
     if len(targets) < 2:  # one target: its row says it all
         return "\n".join(lines)
