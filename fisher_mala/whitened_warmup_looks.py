@@ -184,9 +184,9 @@ def shared_shape(fisher_out):
 #: the sampling phase from the state and parameters of the chain nearest the median. The
 #: chains of one target tune steps within tens of percent of each other (the race's
 #: plateau cell without a funnel, ``gp_pois_regr``: 0.52-0.54); on the centred eight
-#: schools they ended 2.5 to 1600 times apart, and a factor of 4 left chains at 0.4 of
-#: the median spending 4 times the others' gradients per draw
-#: (``python -m benchmarks.nutpie_race --funnel``).
+#: schools one chain ended 1600 times below the median (seed 7 of ``python -m
+#: benchmarks.nutpie_race --funnel``), and with a factor of 4 another, at 0.4 of it,
+#: spent 3.9 times the others' gradients per draw (the same seeds, this constant at 4).
 STEP_OUTLIER_FACTOR = 2.0
 
 
