@@ -527,7 +527,7 @@ def regroup_chains(fisher_out):
     naming them. The warm-up's draws are not the run's, so this changes no stationary
     distribution; the sampling phase's chains are independent again after the step-size
     phase. One chain or under ``jit``: unchanged."""
-    state = fisher_out[0][0]
+    (state, params), info = fisher_out
     logdensity = state.logdensity
     if np.ndim(logdensity) != 1 or not validation.is_concrete(logdensity):
         return fisher_out
@@ -538,25 +538,18 @@ def regroup_chains(fisher_out):
     donors = [c for c in np.argsort(-values) if c not in set(behind)]
     index = np.arange(values.size)
     index[behind] = [donors[k % len(donors)] for k in range(behind.size)]
-    return restart_chains(
-        fisher_out,
-        index,
-        f"At the end of the Fisher phase chain(s) {behind.tolist()} were far below the "
-        f"others in log density ({np.round(values[behind], 1).tolist()} against "
-        f"{values.max():.1f}): a minor mode or a slow start. They restart the "
-        f"step-size phase from chain(s) {index[behind].tolist()}'s state and R; if "
-        "the target has separate modes of real mass, sample them with separate runs.",
-    )
-
-
-def restart_chains(out, index, message: str):
-    """``((state, params), info)`` with every chain ``c`` given chain ``index[c]``'s state
-    and parameters, and a :class:`~fisher_mala.checks.SamplingWarning` saying ``message``
-    (the warm-up's chains restarted from others': no stationary distribution changes)."""
     from fisher_mala.checks import SamplingWarning
 
-    warnings.warn(SamplingWarning(message), stacklevel=4)
-    (state, params), info = out
+    warnings.warn(
+        SamplingWarning(
+            f"At the end of the Fisher phase chain(s) {behind.tolist()} were far below the "
+            f"others in log density ({np.round(values[behind], 1).tolist()} against "
+            f"{values.max():.1f}): a minor mode or a slow start. They restart the "
+            f"step-size phase from chain(s) {index[behind].tolist()}'s state and R; if "
+            "the target has separate modes of real mass, sample them with separate runs."
+        ),
+        stacklevel=3,
+    )
     state, params = jax.tree.map(lambda a: a[index], (state, params))
     return (state, params), info
 

@@ -11,6 +11,8 @@ chain at most, in float64 on the host, and skipped above
 :data:`~fisher_mala.adaptations.stopping_rule.AUTO_MAX_DIM`.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -213,7 +215,8 @@ def regroup_steps(warmup_out):
     the neck). The warm-up's draws are not the run's and the parameters are fixed before
     the sampling phase, so restarting a chain there changes no stationary distribution.
     """
-    steps = effective_steps(warmup_out[0][1])
+    (state, params), info = warmup_out
+    steps = effective_steps(params)
     if steps is None or not np.all(np.isfinite(steps) & (steps > 0)):
         return warmup_out
     median = np.median(steps)
@@ -224,14 +227,17 @@ def regroup_steps(warmup_out):
     donor = int(np.argmin(np.abs(np.log(ratio))))
     index = np.arange(steps.size)
     index[outliers] = donor
-    from fisher_mala.whitened_warmup import restart_chains
+    from fisher_mala.checks import SamplingWarning
 
-    return restart_chains(
-        warmup_out,
-        index,
-        f"After a plateau of the Fisher phase (a funnel), chain(s) {outliers.tolist()} "
-        f"ended the warm-up with a leapfrog step {np.round(ratio[outliers], 3).tolist()} "
-        f"times the chains' median (in the target's units): they start the sampling "
-        f"phase from chain {donor}'s state, step and R. A non-centred parameterization "
-        "removes the funnel.",
+    warnings.warn(
+        SamplingWarning(
+            f"After a plateau of the Fisher phase (a funnel), chain(s) {outliers.tolist()} "
+            f"ended the warm-up with a leapfrog step {np.round(ratio[outliers], 3).tolist()} "
+            f"times the chains' median (in the target's units): they start the sampling "
+            f"phase from chain {donor}'s state, step and R. A non-centred parameterization "
+            "removes the funnel."
+        ),
+        stacklevel=3,
     )
+    state, params = jax.tree.map(lambda a: a[index], (state, params))
+    return (state, params), info
