@@ -328,12 +328,24 @@ def render() -> str:
     return text
 
 
+def _timed_pass(x: np.ndarray, budget: int) -> tuple[float, int]:
+    """Seconds and minor page faults of one ``diagnostics_pass`` of ``x`` in this process."""
+    import resource
+
+    from fisher_mala import convergence_pass
+
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    convergence_pass.diagnostics_pass(x, budget_bytes=budget)
+    seconds = time.perf_counter() - start
+    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
 def page_faults(prime: bool, passes: int = 3) -> str:
     """Seconds and minor page faults of ``passes`` one passes in this process over AR(1)
     draws of the quickstart's shape (float32, as the quickstart keeps them), ``fm.diagnose``'s
     working memory, with the heap primed or not (``convergence_pass.PRIME_HEAP``; the
     priming lasts for the process, so each way runs in its own)."""
-    import resource
 
     import scipy.special  # noqa: F401  (imported before the first pass, as in run_cell)
 
@@ -345,11 +357,7 @@ def page_faults(prime: bool, passes: int = 3) -> str:
     budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
     cells = []
     for _ in range(passes):
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        start = time.perf_counter()
-        convergence_pass.diagnostics_pass(x, budget_bytes=budget)
-        seconds = time.perf_counter() - start
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        seconds, faults = _timed_pass(x, budget)
         cells.append(f"{seconds:.3f} s, {faults} faults")
     return f"heap primed: {prime}; passes: " + "; ".join(cells)
 
@@ -370,7 +378,6 @@ def run_pool(rounds: int = 4) -> str:
     """After the MALA quickstart's ``fm.sample`` call, in its process: the one pass on new
     threads (the pool dropped first, as every pass did before the pool was kept) and on
     the kept pool's threads, taking turns; seconds and minor page faults of each (printed)."""
-    import resource
 
     import scipy.special  # noqa: F401  (imported before the first pass, as in run_cell)
 
@@ -386,11 +393,7 @@ def run_pool(rounds: int = 4) -> str:
                 for pool in convergence_pass._POOLS.values():
                     pool.shutdown()
                 convergence_pass._POOLS.clear()
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            start = time.perf_counter()
-            convergence_pass.diagnostics_pass(x, budget_bytes=budget)
-            seconds = time.perf_counter() - start
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            seconds, faults = _timed_pass(x, budget)
             lines.append(f"{way}: {seconds:.3f} s, {faults} page faults")
     return "\n".join(lines)
 

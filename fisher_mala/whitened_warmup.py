@@ -38,7 +38,6 @@ number of Fisher iterations until it settles, which the stopping rule detects (t
 NUTS page of the documentation has the measurements).
 """
 
-import warnings
 from collections.abc import Callable
 
 import jax
@@ -61,7 +60,7 @@ from fisher_mala.whitened_hmc import (
     inverse_mass_matrix,
     require_blackjax,
 )
-from fisher_mala.whitened_warmup_looks import HostLooks
+from fisher_mala.whitened_warmup_looks import HostLooks, restart_chains
 from fisher_mala.whitened_warmup_parts import WarmupInParts
 
 __all__ = [
@@ -527,7 +526,7 @@ def regroup_chains(fisher_out):
     naming them. The warm-up's draws are not the run's, so this changes no stationary
     distribution; the sampling phase's chains are independent again after the step-size
     phase. One chain or under ``jit``: unchanged."""
-    (state, params), info = fisher_out
+    state = fisher_out[0][0]
     logdensity = state.logdensity
     if np.ndim(logdensity) != 1 or not validation.is_concrete(logdensity):
         return fisher_out
@@ -538,20 +537,15 @@ def regroup_chains(fisher_out):
     donors = [c for c in np.argsort(-values) if c not in set(behind)]
     index = np.arange(values.size)
     index[behind] = [donors[k % len(donors)] for k in range(behind.size)]
-    from fisher_mala.checks import SamplingWarning
-
-    warnings.warn(
-        SamplingWarning(
-            f"At the end of the Fisher phase chain(s) {behind.tolist()} were far below the "
-            f"others in log density ({np.round(values[behind], 1).tolist()} against "
-            f"{values.max():.1f}): a minor mode or a slow start. They restart the "
-            f"step-size phase from chain(s) {index[behind].tolist()}'s state and R; if "
-            "the target has separate modes of real mass, sample them with separate runs."
-        ),
-        stacklevel=3,
+    return restart_chains(
+        fisher_out,
+        index,
+        f"At the end of the Fisher phase chain(s) {behind.tolist()} were far below the "
+        f"others in log density ({np.round(values[behind], 1).tolist()} against "
+        f"{values.max():.1f}): a minor mode or a slow start. They restart the "
+        f"step-size phase from chain(s) {index[behind].tolist()}'s state and R; if "
+        "the target has separate modes of real mass, sample them with separate runs.",
     )
-    state, params = jax.tree.map(lambda a: a[index], (state, params))
-    return (state, params), info
 
 
 class FisherParameters(dict):

@@ -215,8 +215,7 @@ def regroup_steps(warmup_out):
     the neck). The warm-up's draws are not the run's and the parameters are fixed before
     the sampling phase, so restarting a chain there changes no stationary distribution.
     """
-    (state, params), info = warmup_out
-    steps = effective_steps(params)
+    steps = effective_steps(warmup_out[0][1])
     if steps is None or not np.all(np.isfinite(steps) & (steps > 0)):
         return warmup_out
     median = np.median(steps)
@@ -227,17 +226,24 @@ def regroup_steps(warmup_out):
     donor = int(np.argmin(np.abs(np.log(ratio))))
     index = np.arange(steps.size)
     index[outliers] = donor
+    return restart_chains(
+        warmup_out,
+        index,
+        f"After a plateau of the Fisher phase (a funnel), chain(s) {outliers.tolist()} "
+        f"ended the warm-up with a leapfrog step {np.round(ratio[outliers], 3).tolist()} "
+        f"times the chains' median (in the target's units): they start the sampling "
+        f"phase from chain {donor}'s state, step and R. A non-centred parameterization "
+        "removes the funnel.",
+    )
+
+
+def restart_chains(out, index, message: str):
+    """``((state, params), info)`` with every chain ``c`` given chain ``index[c]``'s state
+    and parameters, and a :class:`~fisher_mala.checks.SamplingWarning` saying ``message``
+    (the warm-up's chains restarted from others': no stationary distribution changes)."""
     from fisher_mala.checks import SamplingWarning
 
-    warnings.warn(
-        SamplingWarning(
-            f"After a plateau of the Fisher phase (a funnel), chain(s) {outliers.tolist()} "
-            f"ended the warm-up with a leapfrog step {np.round(ratio[outliers], 3).tolist()} "
-            f"times the chains' median (in the target's units): they start the sampling "
-            f"phase from chain {donor}'s state, step and R. A non-centred parameterization "
-            "removes the funnel."
-        ),
-        stacklevel=3,
-    )
+    warnings.warn(SamplingWarning(message), stacklevel=4)
+    (state, params), info = out
     state, params = jax.tree.map(lambda a: a[index], (state, params))
     return (state, params), info
