@@ -20,6 +20,7 @@ time is short, that column times the host's NumPy, not the device).
     python -m benchmarks.diagnostics_cost --page-faults   # the heap primed or not
     python -m benchmarks.diagnostics_cost --transforms    # the pass's share in the FFT
     python -m benchmarks.diagnostics_cost --pool          # new threads or the kept pool
+    python -m benchmarks.diagnostics_cost --plans         # the plan for 2 to 16 cores
 
 ``--backends`` times rank-normalized R-hat and bulk ESS on AR(1) draws of the cells'
 shapes with the library's vectorized NumPy code (one estimator at a time, and the one pass
@@ -398,6 +399,40 @@ def run_pool(rounds: int = 4) -> str:
     return "\n".join(lines)
 
 
+def run_plans(cores=(2, 4, 8, 16), repeats=3) -> str:
+    """On AR(1) draws of ``mnist56``'s shape (float32) with ``fm.diagnose``'s working memory:
+    the pass's plan (workers, coordinates per block) for each number of cores, without
+    and with the floor on a block's draws (``convergence_pass.MIN_BLOCK_VALUES``; 1 gives
+    the plan before it), and the best of ``repeats`` passes on this machine's own cores
+    (more workers than cores take turns: a stand-in for a larger host, not its clock)."""
+    import os
+
+    import scipy.special  # noqa: F401  (imported before the first pass, as in run_cell)
+
+    from fisher_mala import convergence_pass
+    from fisher_mala.checks import WORKING_MEMORY_FLOOR
+
+    x = _ar1((4, 2000, 785)).astype(np.float32)  # mnist56_fisher_mala's draws
+    budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
+    real_count, default = os.cpu_count, convergence_pass.MIN_BLOCK_VALUES
+    lines = [f"{os.cpu_count()} cores here; draws {x.shape}, working memory {budget >> 20} MB"]
+    try:
+        for n in cores:
+            for floor in (1, default):
+                os.cpu_count = lambda n=n: n
+                convergence_pass.MIN_BLOCK_VALUES = floor
+                workers, blocks = convergence_pass._plan(x, budget)
+                seconds = min(_timed_pass(x, budget)[0] for _ in range(repeats))
+                lines.append(
+                    f"planned for {n} cores, blocks of at least {floor} draws: {workers} "
+                    f"workers, {blocks[1].stop - blocks[1].start} coordinates a block: "
+                    f"{seconds:.2f} s"
+                )
+    finally:
+        os.cpu_count, convergence_pass.MIN_BLOCK_VALUES = real_count, default
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="write the table only")
@@ -416,7 +451,12 @@ def main(argv=None):
         action="store_true",
         help="the pass's seconds in the FFT, MALA quickstart (printed)",
     )
+    parser.add_argument("--plans", action="store_true",
+                        help="the pass's plan and seconds for 2 to 16 cores (printed)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.plans:
+        print(run_plans())
+        return
     if args.transforms:
         print(run_transforms())
         return

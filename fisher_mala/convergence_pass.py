@@ -443,6 +443,15 @@ def _block_bytes(width: int, values: int) -> int:
 #: each transform call still covers enough series to amortize NumPy's per-call cost
 #: (``python -m benchmarks.diagnostics_cost --block-values`` times the pass per size).
 BLOCK_VALUES = 2**20
+#: Draws of one block, at least (where the coordinates and the budget allow): a block of
+#: fewer spends more in NumPy's per-call cost than it gains from another thread. On
+#: ``mnist56``'s draws (4 x 2000 x 785) with 32 MB, the pass on 2 threads took 1.6 s in
+#: blocks of 16 000 draws, 0.75 s of 128 000 and 0.56-0.64 s of 256 000 to 10^6; planned
+#: for 16 cores without this floor (16 workers of 4 coordinates: 32 000 draws a block) it
+#: took 2.9 s on the same 2 cores, 1.0 s with it (4 workers of 20), 0.85 s planned for 2
+#: (``python -m benchmarks.diagnostics_cost --plans``). More cores then get fewer workers,
+#: not narrower blocks.
+MIN_BLOCK_VALUES = 2**17
 
 
 def _plan(x: np.ndarray, budget_bytes):
@@ -450,13 +459,15 @@ def _plan(x: np.ndarray, budget_bytes):
     coordinate (its autocorrelations' length sets the transforms' length of the others),
     then blocks of the others of at most :data:`BLOCK_VALUES` draws whose working memory,
     ``workers`` of them in flight, fits ``budget_bytes`` (one coordinate at a time on one
-    thread when even that does not)."""
+    thread when even that does not); no more workers than keep the blocks at
+    :data:`MIN_BLOCK_VALUES` draws or more."""
     dim, values = x.shape[-1], x.shape[0] * max(x.shape[1], 1)
-    workers = max(1, min(os.cpu_count() or 1, dim - 1))
+    min_width = max(1, min(-(-MIN_BLOCK_VALUES // values), dim - 1))
+    workers = max(1, min(os.cpu_count() or 1, (dim - 1) // min_width))
     if budget_bytes is None:
         width = dim
     else:
-        workers = max(1, min(workers, budget_bytes // _block_bytes(1, values)))
+        workers = max(1, min(workers, budget_bytes // _block_bytes(min_width, values)))
         per_value = budget_bytes / workers / values
         width = int(
             min(
@@ -465,7 +476,8 @@ def _plan(x: np.ndarray, budget_bytes):
             )
         )
     width = max(1, min(width, -(-(dim - 1) // workers), BLOCK_VALUES // values))
-    return workers, [slice(0, 1)] + [slice(i, min(i + width, dim)) for i in range(1, dim, width)]
+    blocks = [slice(i, min(i + width, dim)) for i in range(1, dim, width)]
+    return max(1, min(workers, len(blocks))), [slice(0, 1), *blocks]
 
 
 #: Bytes of the block :func:`_prime_heap` allocates and frees before a pass: above the pass's

@@ -41,10 +41,13 @@ PASS_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(PASS_CASES))
-@pytest.mark.parametrize("blocks", [False, True])
-def test_the_pass_equals_the_estimators_one_at_a_time(case, blocks):
+@pytest.mark.parametrize("plan", ["whole", "blocks", "threads"])
+def test_the_pass_equals_the_estimators_one_at_a_time(case, plan, monkeypatch):
     x = PASS_CASES[case]()
-    budget = 1 if blocks else None  # one coordinate per block, on threads
+    budget = 1 if plan == "blocks" else None  # "blocks": one coordinate per block
+    if plan == "threads":  # blocks of one coordinate on two threads, however few the draws
+        monkeypatch.setattr(convergence_pass, "MIN_BLOCK_VALUES", 1)
+        monkeypatch.setattr(convergence_pass.os, "cpu_count", lambda: 2)
     got = convergence_pass.diagnostics_pass(x, budget_bytes=budget)
     for name, expected in _expected(x).items():
         np.testing.assert_allclose(
@@ -108,6 +111,34 @@ def test_the_working_memory_stays_within_its_bound():
     assert peak <= budget
 
 
+@pytest.mark.parametrize("cores", [1, 2, 16, 64])
+@pytest.mark.parametrize("shape", [(4, 2000, 785), (4, 20_000, 100), (4, 100, 10), (1, 10, 2)])
+def test_more_cores_get_fewer_workers_not_blocks_below_the_minimum(cores, shape, monkeypatch):
+    """The plan's blocks cover every coordinate once; each has ``MIN_BLOCK_VALUES`` draws
+    or more unless the coordinates run out or one coordinate's work already fills the
+    budget; the blocks in flight fit the budget."""
+    from fisher_mala.checks import WORKING_MEMORY_FLOOR
+
+    monkeypatch.setattr(convergence_pass.os, "cpu_count", lambda: cores)
+    x = np.broadcast_to(np.float32(0), shape)  # the plan reads only the shape
+    values = shape[0] * shape[1]
+    for budget in (None, WORKING_MEMORY_FLOOR):
+        workers, blocks = convergence_pass._plan(x, budget)
+        assert blocks[0] == slice(0, 1)
+        covered = np.concatenate([np.arange(shape[-1])[b] for b in blocks])
+        np.testing.assert_array_equal(covered, np.arange(shape[-1]))
+        widths = [b.stop - b.start for b in blocks[1:]]
+        assert 1 <= workers <= max(1, min(cores, len(widths)))
+        reachable = min(convergence_pass.MIN_BLOCK_VALUES, (shape[-1] - 1) * values)
+        if budget is not None:
+            assert workers * convergence_pass._block_bytes(max(widths), values) <= budget
+            fits = budget // convergence_pass._block_bytes(1, values)
+            reachable = min(reachable, fits * values)
+        assert all(w * values >= reachable for w in widths[:-1]), (workers, widths)
+    if shape == (4, 2000, 785) and cores >= 16:  # mnist56's draws on a 16-core host
+        assert convergence_pass._plan(x, WORKING_MEMORY_FLOOR)[0] == 4
+
+
 def test_quantiles_of_sorted_values_equal_numpys_to_the_last_bit():
     rng = np.random.default_rng(3)
     probs = [(0.05, 0.95), (0.0, 1.0), (0.5, 0.25), (1 / 3, 0.999)]
@@ -123,6 +154,7 @@ def test_passes_share_one_pool_and_a_forked_child_starts_its_own(monkeypatch):
     """The pass's threads outlive it (their malloc arenas keep their pages); each pass's
     transform buffers go with it; after a fork the pools are forgotten and made anew."""
     monkeypatch.setattr(convergence_pass.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(convergence_pass, "MIN_BLOCK_VALUES", 1)  # threads for few draws
     x = ar1(4, 400, 5, 0.7)
     first = convergence_pass.diagnostics_pass(x)
     pool = convergence_pass._POOLS[2]
