@@ -187,7 +187,8 @@ def render_seeds(roots=SEED_ROOTS) -> str:
             for v, seed in zip(ratios, per_seed, strict=True)
         )  # fmt: skip
         lines.append(f"| `{t}` | {cells_text} | {means[t]:.2f} |")
-    if len(targets) < 2:  # one target: its row says it all
+    if len(targets) < 2:  # one target: its row, and how far each sampler moves by seed
+        lines += ["", _seed_spread([seed[targets[0]] for seed in per_seed])]
         return "\n".join(lines)
     overall = [np.exp(np.mean(np.log([seed[t]["per_grad"] for t in targets])))
                for seed in per_seed]  # fmt: skip
@@ -201,6 +202,32 @@ def render_seeds(roots=SEED_ROOTS) -> str:
         f", the lowest {means[lowest]:.2f} on `{lowest}`."
     )
     return "\n".join(lines)
+
+
+#: A seed's ratio below this counts as behind (the race's goal: no target below 0.8).
+BEHIND = 0.8
+
+
+def _seed_spread(cells_by_seed: list[dict]) -> str:
+    """How often one seed of a sampler is below :data:`BEHIND` times another seed of the
+    *same* sampler (ordered pairs of seeds, min ESS per gradient): the share of seeds a
+    race between two equally efficient samplers puts below the goal by chance alone."""
+    shares = {}
+    for name in ("fisher", "nutpie"):
+        values = np.array([c[f"{name}_per_grad"] for c in cells_by_seed])
+        ratios = values[:, None] / values[None, :]
+        off_diagonal = ~np.eye(values.size, dtype=bool)
+        shares[name] = (np.mean(ratios[off_diagonal] < BEHIND), ratios[off_diagonal].min(),
+                        ratios[off_diagonal].max())  # fmt: skip
+    behind = np.mean([c["per_grad"] < BEHIND for c in cells_by_seed])
+    (f_share, f_low, f_high), (n_share, n_low, n_high) = shares["fisher"], shares["nutpie"]
+    return (
+        f"Each sampler against itself on another seed (ordered pairs of the {len(cells_by_seed)}"
+        f" seeds, min ESS per gradient): nutpie is below {BEHIND:g} times itself in "
+        f"{n_share:.0%} of the pairs (ratios {n_low:.2f} to {n_high:.2f}), Fisher NUTS in "
+        f"{f_share:.0%} ({f_low:.2f} to {f_high:.2f}); Fisher NUTS against nutpie: "
+        f"{behind:.0%} of the seeds."
+    )
 
 
 def use_cpu_devices() -> None:
