@@ -16,6 +16,7 @@ time is short, that column times the host's NumPy, not the device).
     python -m benchmarks.diagnostics_cost               # quickstart and mnist56 cells
     python -m benchmarks.diagnostics_cost --backends    # R-hat + bulk ESS: three backends
     python -m benchmarks.diagnostics_cost --render      # the table only
+    python -m benchmarks.diagnostics_cost --rerun --cells mnist56_fisher_mala  # not cached
     python -m benchmarks.diagnostics_cost --block-values  # the pass per block size
     python -m benchmarks.diagnostics_cost --page-faults   # the heap primed or not
     python -m benchmarks.diagnostics_cost --transforms    # the pass's share in the FFT
@@ -437,6 +438,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="write the table only")
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS))
+    parser.add_argument("--rerun", action="store_true",
+                        help="run the cells of --cells again, replacing them")  # fmt: skip
     parser.add_argument("--backends", action="store_true", help="time the three backends")
     parser.add_argument("--no-arviz", action="store_true", help="leave ArviZ's column out")
     parser.add_argument("--block-values", action="store_true",
@@ -476,6 +479,8 @@ def main(argv=None):
         print(run_backends())
     elif not args.render:
         for name in args.cells.split(","):
+            if args.rerun:
+                _cell_path(name).unlink(missing_ok=True)
             print(name, run_cell(name, arviz=not args.no_arviz))
     print(render())
 

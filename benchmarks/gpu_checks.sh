@@ -7,8 +7,10 @@
 # One process at a time (timings), each with its own share of the deadline:
 # 1. the README's quickstart, full length (examples/quickstart.py: both samplers' compile,
 #    warm-up, sampling and whole-call seconds, the checks included);
-# 2. the diagnostics-cost cells (python -m benchmarks.diagnostics_cost --no-arviz): the
-#    quickstart's and mnist56's fm.sample call against fm.diagnose on its draws;
+# 2. the diagnostics-cost cells (python -m benchmarks.diagnostics_cost --no-arviz --rerun:
+#    the recorded cells of this device are replaced): the quickstart's and mnist56's
+#    fm.sample call against fm.diagnose on its draws; then the pass's plan for the host's
+#    cores (--plans: workers and seconds for 2 to 16 cores, on the host's own cores);
 # 3. the low-rank learner per iteration, d = 10^3 to 10^6, k = 8, 32, 128, and the memory of
 #    its step-size widening (python -m benchmarks.scaling --low-rank / --low-rank-widening);
 # 4. the dense R per iteration up to the largest d that fits (python -m benchmarks.scaling
@@ -50,8 +52,10 @@ $PY -c "import jax, arviz; print('jax', jax.__version__, 'arviz', arviz.__versio
 
 [[ $STAGES == *1* ]] && log "1. quickstart" && timeout "$(share 30)" $PY examples/quickstart.py "${Q[@]}" --out "$LOGS/quickstart" \
     2>&1 | tee "$LOGS/quickstart.log" | grep -v "^- "
-[[ $STAGES == *2* ]] && log "2. diagnostics cost" && timeout "$(share ${SHARE2:-35})" $PY -m benchmarks.diagnostics_cost --no-arviz "${CELLS[@]}" \
+[[ $STAGES == *2* ]] && log "2. diagnostics cost" && timeout "$(share ${SHARE2:-35})" $PY -m benchmarks.diagnostics_cost --no-arviz --rerun "${CELLS[@]}" \
     2>&1 | tee "$LOGS/diagnostics_cost.log" | tail -12
+[[ $STAGES == *2* ]] && timeout "$(share 5)" $PY -m benchmarks.diagnostics_cost --plans \
+    2>&1 | tee "$LOGS/diagnostics_plans.log"
 [[ $STAGES == *3* ]] && log "3. low-rank scaling" && timeout "$(share 50)" \
     $PY -m benchmarks.scaling "${LR[@]}" 2>&1 | tee "$LOGS/low_rank.log" | grep "^low_rank"
 [[ $STAGES == *3* ]] && timeout "$(share 30)" $PY -m benchmarks.scaling "${W[@]}" 2>&1 | tee "$LOGS/widening.log" \
