@@ -400,12 +400,13 @@ def run_pool(rounds: int = 4) -> str:
     return "\n".join(lines)
 
 
-def run_plans(cores=(2, 4, 8, 16), repeats=3) -> str:
+def run_plans(cores=(2, 4, 8, 16), repeats=2) -> None:
     """On AR(1) draws of ``mnist56``'s shape (float32) with ``fm.diagnose``'s working memory:
     the pass's plan (workers, coordinates per block) for each number of cores, without
     and with the floor on a block's draws (``convergence_pass.MIN_BLOCK_VALUES``; 1 gives
     the plan before it), and the best of ``repeats`` passes on this machine's own cores
-    (more workers than cores take turns: a stand-in for a larger host, not its clock)."""
+    (more workers than cores take turns: a stand-in for a larger host, not its clock);
+    printed line by line."""
     import os
 
     import scipy.special  # noqa: F401  (imported before the first pass, as in run_cell)
@@ -416,7 +417,7 @@ def run_plans(cores=(2, 4, 8, 16), repeats=3) -> str:
     x = _ar1((4, 2000, 785)).astype(np.float32)  # mnist56_fisher_mala's draws
     budget = max(x.nbytes // 8, WORKING_MEMORY_FLOOR)
     real_count, default = os.cpu_count, convergence_pass.MIN_BLOCK_VALUES
-    lines = [f"{os.cpu_count()} cores here; draws {x.shape}, working memory {budget >> 20} MB"]
+    print(f"{os.cpu_count()} cores here; draws {x.shape}, working memory {budget >> 20} MB")
     try:
         for n in cores:
             for floor in (1, default):
@@ -424,14 +425,14 @@ def run_plans(cores=(2, 4, 8, 16), repeats=3) -> str:
                 convergence_pass.MIN_BLOCK_VALUES = floor
                 workers, blocks = convergence_pass._plan(x, budget)
                 seconds = min(_timed_pass(x, budget)[0] for _ in range(repeats))
-                lines.append(
+                print(
                     f"planned for {n} cores, blocks of at least {floor} draws: {workers} "
                     f"workers, {blocks[1].stop - blocks[1].start} coordinates a block: "
-                    f"{seconds:.2f} s"
+                    f"{seconds:.2f} s",
+                    flush=True,
                 )
     finally:
         os.cpu_count, convergence_pass.MIN_BLOCK_VALUES = real_count, default
-    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -458,7 +459,7 @@ def main(argv=None):
                         help="the pass's plan and seconds for 2 to 16 cores (printed)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.plans:
-        print(run_plans())
+        run_plans()
         return
     if args.transforms:
         print(run_transforms())

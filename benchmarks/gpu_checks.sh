@@ -54,7 +54,7 @@ $PY -c "import jax, arviz; print('jax', jax.__version__, 'arviz', arviz.__versio
     2>&1 | tee "$LOGS/quickstart.log" | grep -v "^- "
 [[ $STAGES == *2* ]] && log "2. diagnostics cost" && timeout "$(share ${SHARE2:-35})" $PY -m benchmarks.diagnostics_cost --no-arviz --rerun "${CELLS[@]}" \
     2>&1 | tee "$LOGS/diagnostics_cost.log" | tail -12
-[[ $STAGES == *2* ]] && timeout "$(share 5)" $PY -m benchmarks.diagnostics_cost --plans \
+[[ $STAGES == *2* ]] && timeout "$(share 10)" $PY -m benchmarks.diagnostics_cost --plans \
     2>&1 | tee "$LOGS/diagnostics_plans.log"
 [[ $STAGES == *3* ]] && log "3. low-rank scaling" && timeout "$(share 50)" \
     $PY -m benchmarks.scaling "${LR[@]}" 2>&1 | tee "$LOGS/low_rank.log" | grep "^low_rank"
