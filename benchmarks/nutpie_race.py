@@ -163,7 +163,7 @@ SEED_ROOTS = (RESULTS, RESULTS.parent / "nutpie_race_seed1", RESULTS.parent / "n
 #: Five more seeds of the funnel alone (its min ESS varies far more than the others'):
 #: ``--targets eight_schools_centered --seed s --root .../nutpie_race_funnel/seed{s}``.
 FUNNEL_ROOTS = SEED_ROOTS + tuple(RESULTS.parent / "nutpie_race_funnel" / f"seed{s}"
-                                  for s in range(3, 8))  # fmt: skip
+                                  for s in range(3, 16))  # fmt: skip
 
 
 def render_seeds(roots=SEED_ROOTS) -> str:
@@ -241,6 +241,30 @@ def use_cpu_devices() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {count}"
 
 
+def _probe_steps(r, target, chain: int, fractions=(1.0, 0.5, 0.25, 0.1), transitions=30):
+    """From chain ``chain``'s first draw, ``transitions`` Fisher NUTS transitions at each
+    fraction of its tuned step, with its ``R``: mean acceptance (printed). A chain stuck
+    where its step is too large moves at a fraction of it."""
+    import jax
+
+    from fisher_mala import whitened_hmc
+
+    kernel = jax.jit(whitened_hmc.build_kernel("nuts"), static_argnums=2)
+    root = jax.tree.map(lambda a: a[chain], r.parameters.sqrt_precond)
+    step = float(np.asarray(r.parameters.step_size)[chain])
+    start = jax.numpy.asarray(np.asarray(r.samples)[chain, 0])
+    cells = []
+    for fraction in fractions:
+        state = whitened_hmc.init(start, target.logdensity_fn, root)
+        rates = []
+        for i in range(transitions):
+            state, info = kernel(jax.random.key(i), state, target.logdensity_fn, step * fraction)
+            rates.append(float(info.acceptance_rate))
+        cells.append(f"x{fraction:g}: {np.mean(rates):.2f}")
+    print(f"chain {chain} from its first draw, {transitions} transitions at its step "
+          f"{step:.3g} times: acceptance " + ", ".join(cells))  # fmt: skip
+
+
 def inspect(name: str, regroup: bool = True, damping=None, seed: int = 0, **options) -> None:
     """One Fisher NUTS run of the race on ``name``: its warnings (a chain regrouped at the
     end of the Fisher phase names the log densities), warm-up length, divergences, and per
@@ -276,6 +300,9 @@ def inspect(name: str, regroup: bool = True, damping=None, seed: int = 0, **opti
           f"| leapfrog steps per draw {np.mean(r.sample_stats['num_grad_evals']):.2f}",
           f"| acceptance {np.mean(r.sample_stats['acceptance_rate']):.3f}",
           f"| target {r.target_acceptance}")  # fmt: skip
+    by_chain = np.asarray(r.sample_stats["acceptance_rate"]).mean(-1)
+    print("acceptance by chain", np.round(by_chain, 2))
+    _probe_steps(r, target, int(np.argmin(by_chain)))
     check = _reference_check(target, draws)
     if check:
         low, high = check["reference_sd_ratio"]
@@ -306,7 +333,7 @@ def main(argv=None) -> None:
     )  # fmt: skip
     parser.add_argument("--root", type=Path, default=RESULTS)
     parser.add_argument("--seeds", action="store_true", help="every seed's ratios, per target")
-    parser.add_argument("--funnel", action="store_true", help="the funnel's ratios, 8 seeds")
+    parser.add_argument("--funnel", action="store_true", help="the funnel's ratios, 16 seeds")
     parser.add_argument(
         "--seed", type=int, default=0, help="other starts and keys (with another --root)"
     )

@@ -85,6 +85,18 @@ class HostLooks:
         pooled (one ``R`` already), unchanged."""
         return shared_shape(fisher_out) if plateau and not self.pooled else fisher_out
 
+    def after_tuning(self, call, warmup_out, plateau: bool, on_host=None, *call_args):
+        """The warm-up's outcome after its step-size phase: after a ``plateau`` (and with
+        ``regroup=True``, NUTS, chains of their own), a short probe of every chain at its
+        tuned step (``call("probe_stage", warmup_out, *call_args)``), the chains stuck
+        there restarted from another (:func:`restart_stuck`), then :meth:`regroup_after`.
+        ``on_host(fn, *args)`` runs the host's choices (``fm.sample`` times them)."""
+        on_host = on_host or (lambda fn, *args: fn(*args))
+        if plateau and self.regroup_chains and not self.pooled and self.algorithm == "nuts":
+            probe = call("probe_stage", warmup_out, *call_args)
+            warmup_out = on_host(restart_stuck, warmup_out, probe)
+        return on_host(self.regroup_after, warmup_out, plateau)
+
     def regroup_after(self, warmup_out, plateau: bool):
         """The warm-up's outcome with the chains whose step is far from the others'
         restarted from the chain nearest the median (:func:`regroup_steps`) after a
@@ -201,6 +213,58 @@ def effective_steps(params) -> np.ndarray | None:
         return None
     r = np.asarray(r, np.float64)
     return np.asarray(step, np.float64) * np.sqrt(np.einsum("cij,cij->c", r, r) / r.shape[-1])
+
+
+#: Transitions of the probe after a plateau's step-size phase (:func:`restart_stuck`).
+PROBE_TRANSITIONS = 20
+#: A chain whose mean acceptance over the probe is below this is stuck: a third of the
+#: plateau's target (0.9). On the centred eight schools (seed 11 of ``python -m
+#: benchmarks.nutpie_race --funnel``) one chain ended the warm-up in the funnel's neck with
+#: a step 4 times too large there and accepted nothing in all 2000 draws (392 divergent
+#: transitions; from its first draw: acceptance 0.00, 0.33 and 0.93 at 1, 1/2 and 1/4 of its
+#: step, ``--inspect eight_schools_centered --seed 11``), where moving chains accept 0.8-0.95.
+STUCK_ACCEPTANCE = 0.3
+
+
+def restart_stuck(warmup_out, probe):
+    """The warm-up's outcome with the probe's gradients counted and every chain whose
+    probe accepted less than :data:`STUCK_ACCEPTANCE` on average given the state and
+    parameters of a moving chain (the one whose effective step is nearest the moving
+    chains' median; the most accepting where that is not defined), with a
+    :class:`~fisher_mala.checks.SamplingWarning`. ``probe``: each chain's mean acceptance
+    and leapfrog steps over :data:`PROBE_TRANSITIONS` transitions from the warm-up's end
+    (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.probe_stage`), whose draws are
+    dropped: a chain that moves starts the sampling phase where the warm-up left it.
+    Unchanged (but for the count) with one chain, when none or every chain is stuck, or
+    under ``jit``."""
+    acceptance, steps = probe
+    (state, params), info = warmup_out
+    info = info._replace(num_grad_evals=info.num_grad_evals + steps)
+    out = ((state, params), info)
+    if np.ndim(acceptance) != 1 or not validation.is_concrete(acceptance):
+        return out
+    acceptance = np.asarray(acceptance, np.float64)
+    stuck = np.flatnonzero(~(acceptance >= STUCK_ACCEPTANCE))  # NaN counts as stuck
+    if stuck.size == 0 or stuck.size == acceptance.size:
+        return out
+    moving = np.setdiff1d(np.arange(acceptance.size), stuck)
+    effective = effective_steps(params)
+    if effective is None:
+        donor = int(moving[np.argmax(acceptance[moving])])
+    else:
+        ratio = effective[moving] / np.median(effective[moving])
+        donor = int(moving[np.argmin(np.abs(np.log(ratio)))])
+    index = np.arange(acceptance.size)
+    index[stuck] = donor
+    return restart_chains(
+        out,
+        index,
+        f"After a plateau of the Fisher phase (a funnel), chain(s) {stuck.tolist()} were "
+        f"stuck at the end of the warm-up (acceptance {np.round(acceptance[stuck], 2).tolist()}"
+        f" over {PROBE_TRANSITIONS} transitions at their tuned step): they start the "
+        f"sampling phase from chain {donor}'s state, step and R. A non-centred "
+        "parameterization removes the funnel.",
+    )
 
 
 def regroup_steps(warmup_out):

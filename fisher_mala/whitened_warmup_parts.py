@@ -184,7 +184,7 @@ class WarmupInParts:
         plateau = meta.get("plateau", False)
         self.chose_after(plateau)
         if meta["stage"] == "done":
-            return self.regroup_after(tree["out"], plateau)
+            return self.after_tuning(call, tree["out"], plateau, None, 0)
         finfo = tree["finfo"]
         num_fisher = finfo.acceptance_rate.shape[-1]
         num_tune = self.tuning_steps(num_steps, num_fisher, meta["settled"])
@@ -203,7 +203,7 @@ class WarmupInParts:
             empty = np.zeros((*np.shape(finfo.acceptance_rate)[:-1], 0))
             info = (empty, empty.astype(bool), empty.astype(bool), empty.astype(np.int32))
         out = call("tuning_finish", (finfo, tree["carry"], info), 0, plateau)
-        return self.regroup_after(out, plateau)
+        return self.after_tuning(call, out, plateau, None, 0)
 
 
 def _cut(parts, points) -> tuple:

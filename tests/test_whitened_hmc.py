@@ -410,6 +410,44 @@ def test_after_a_plateau_a_chain_whose_step_is_far_from_the_others_restarts_from
     assert fm.whitened_warmup.FisherHMCWarmup(logdensity).regroup_after(out, False) is out
 
 
+def test_after_a_plateau_a_chain_stuck_at_its_tuned_step_restarts_from_a_moving_one(x64):
+    """``restart_stuck``: the probe's leapfrog steps are added to every chain's gradient
+    count; a chain whose probe accepted less than ``STUCK_ACCEPTANCE`` (NaN too) takes the
+    state and parameters of the moving chain whose effective step is nearest the moving
+    chains' median (the most accepting one where effective steps are not defined), with a
+    warning; nothing stuck, everything stuck, or one chain: only the count changes."""
+    from fisher_mala.leapfrog_tuning import WarmupParameters
+    from fisher_mala.schedule import WarmupInfo
+    from fisher_mala.whitened_warmup_looks import STUCK_ACCEPTANCE, restart_stuck
+
+    chains, d = 5, 2
+    r = np.broadcast_to(np.eye(d), (chains, d, d))
+    steps = np.array([1.0, 4.0, 1.2, 2.0, 0.3])  # moving chains 0, 2, 3: median 1.2
+    params = WarmupParameters(jnp.asarray(steps), jnp.asarray(r))
+    state = {"position": jnp.arange(chains * d, dtype=float).reshape(chains, d)}
+    info = WarmupInfo(*[None] * 4, num_grad_evals=np.full(chains, 100), trace=None)
+    low = STUCK_ACCEPTANCE - 0.01
+    acceptance = np.array([0.9, low, 0.85, 0.8, np.nan])
+    probe = (acceptance, np.array([10, 20, 30, 40, 50]))
+    with pytest.warns(fm.SamplingWarning, match=r"chain\(s\) \[1, 4\] were stuck.*chain 2's"):
+        (new_state, new_params), new_info = restart_stuck(((state, params), info), probe)
+    index = np.array([0, 2, 2, 3, 2])
+    np.testing.assert_array_equal(new_state["position"], np.asarray(state["position"])[index])
+    np.testing.assert_array_equal(new_params.step_size, steps[index])
+    np.testing.assert_array_equal(new_info.num_grad_evals, [110, 120, 130, 140, 150])
+    diagonal = WarmupParameters(params.step_size, fm.square_roots.DiagonalSqrt(jnp.ones((5, d))))
+    with pytest.warns(fm.SamplingWarning, match=r"\[1, 4\].*chain 0's"):  # most accepting
+        restart_stuck(((state, diagonal), info), probe)
+    for rates in ([0.9, 0.8, 0.85, 0.8, 0.9], [low] * chains):
+        (same_state, same_params), counted = restart_stuck(
+            ((state, params), info), (np.array(rates), np.ones(chains, int))
+        )
+        assert same_state is state and same_params is params
+        np.testing.assert_array_equal(counted.num_grad_evals, np.full(chains, 101))
+    one = restart_stuck(((state, params), info), (np.float64(0.0), np.int64(7)))
+    assert one[0][0] is state
+
+
 def test_stopping_rule_ends_the_fisher_phase_early_and_samples_correctly():
     d = 10
     c = random_covariance(d, seed=11, jitter=0.5)
