@@ -86,16 +86,18 @@ class HostLooks:
         return shared_shape(fisher_out) if plateau and not self.pooled else fisher_out
 
     def after_tuning(self, call, warmup_out, plateau: bool, on_host=None, *call_args):
-        """The warm-up's outcome after its step-size phase: after a ``plateau`` (and with
-        ``regroup=True``, NUTS, chains of their own), a short probe of every chain at its
-        tuned step (``call("probe_stage", warmup_out, *call_args)``), the chains stuck
-        there restarted from another (:func:`restart_stuck`), then :meth:`regroup_after`.
-        ``on_host(fn, *args)`` runs the host's choices (``fm.sample`` times them)."""
+        """The warm-up's outcome after its step-size phase: :meth:`regroup_after`, then
+        after a ``plateau`` (with ``regroup=True``, NUTS, chains of their own) a short
+        probe of every chain at its tuned step (``call("probe_stage", warmup_out,
+        *call_args)``) and the chains stuck there restarted from another
+        (:func:`restart_stuck`). ``on_host(fn, *args)`` runs the host's choices
+        (``fm.sample`` times them)."""
         on_host = on_host or (lambda fn, *args: fn(*args))
+        warmup_out = on_host(self.regroup_after, warmup_out, plateau)
         if plateau and self.regroup_chains and not self.pooled and self.algorithm == "nuts":
             probe = call("probe_stage", warmup_out, *call_args)
             warmup_out = on_host(restart_stuck, warmup_out, probe)
-        return on_host(self.regroup_after, warmup_out, plateau)
+        return warmup_out
 
     def regroup_after(self, warmup_out, plateau: bool):
         """The warm-up's outcome with the chains whose step is far from the others'

@@ -228,7 +228,8 @@ def test_stopping_rule_leaves_out_a_chain_far_behind():
 def _stand_in_stages(warm, num_fisher, dim, tuned):
     """``call`` for :meth:`staged_run` with stand-in stages: the Fisher phase's parts
     return identity ``R``s and empty infos; the step-size stage records its extra
-    arguments in ``tuned`` and returns the Fisher phase's output."""
+    arguments in ``tuned`` and returns the Fisher phase's output; the probe after a
+    plateau records ``"probe"`` and finds its one chain moving."""
 
     def info(n):
         zeros = np.zeros(n)
@@ -243,6 +244,9 @@ def _stand_in_stages(warm, num_fisher, dim, tuned):
         if method == "fisher_resume":
             (num_more,) = extra
             return (_state(np.eye(dim), argument[0].count + num_more), None), info(num_more)
+        if method == "probe_stage":  # after a plateau: one chain, moving
+            tuned.append("probe")
+            return np.float64(1.0), 0
         tuned.append(extra)  # tuning_stage: (metric, settled, plateau)
         return argument
 
@@ -295,7 +299,7 @@ def test_a_phase_ended_on_a_plateau_tunes_towards_the_plateau_target(
     lead = warm.first_fisher_iterations(num_fisher, dim)
     done = min(lead + stops_after * warm.fisher.block, num_fisher)
     assert out[1].acceptance_rate.shape == (done,)
-    assert tuned == [("dense", True, plateau)]
+    assert tuned == [("dense", True, plateau)] + ["probe"] * plateau  # the probe: plateaus
     assert warm.used_target_acceptance == target
     # robust_uturn="auto": BlackJAX's U-turn criterion after a plateau (in the step-size
     # phase, and for the draws through the sampling options), the checks otherwise
