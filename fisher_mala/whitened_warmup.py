@@ -163,8 +163,12 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         ``True`` (default): at the end of the Fisher phase of ``fm.sample``, a chain far
         below the others in log density (in a minor mode that MALA's local moves do not
         leave, or still on its way) restarts from another chain's state and ``R``, with a
-        warning (:meth:`regroup`). ``False``: every chain goes on from where it is (to let
-        R-hat see a chain left in a minor mode).
+        warning (:meth:`regroup`); after a Fisher phase that ended on a plateau (a
+        funnel), a chain whose tuned step is far from the others'
+        (:func:`~fisher_mala.whitened_warmup_looks.regroup_steps`) or that is stuck at it
+        (:func:`~fisher_mala.whitened_warmup_looks.restart_stuck`) starts the sampling
+        phase from another chain's. ``False``: every chain goes on from where it is (to
+        let R-hat see a chain left in a minor mode).
     robust_uturn
         NUTS: ``True`` checks the U-turn criterion across subtrees too
         (:mod:`fisher_mala.robust_nuts`), in the step-size phase and the draws;
