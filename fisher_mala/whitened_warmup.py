@@ -60,7 +60,7 @@ from fisher_mala.whitened_hmc import (
     inverse_mass_matrix,
     require_blackjax,
 )
-from fisher_mala.whitened_warmup_looks import PROBE_TRANSITIONS, HostLooks, restart_chains
+from fisher_mala.whitened_warmup_looks import HostLooks, restart_chains
 from fisher_mala.whitened_warmup_parts import WarmupInParts
 
 __all__ = [
@@ -108,9 +108,6 @@ FISHER_NUTS_TARGET_ACCEPTANCE = 0.7
 #: Not after a phase that ended still learning (``R`` not settled, too few signals for a
 #: plateau): there 0.8 halves the min ESS per gradient of the paper's GP target (d = 100).
 PLATEAU_TARGET_ACCEPTANCE = 0.9
-#: Folded into the warm-up's key for the probe after a plateau (:meth:`probe_stage`): a
-#: stream of its own, so that the stages' draws are those of a run without the probe.
-PROBE_KEY = 0x70726F62  # "prob"
 #: Restart windows of the Fisher phase (doubling, as Stan's windows).
 RESTART_WINDOWS = (25, 50, 100, 200)
 #: ``rho`` of the Fisher phase's step-size rule: ``R`` changes by orders of magnitude in
@@ -440,27 +437,6 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         :attr:`plateau_target_acceptance` after a Fisher phase the stopping rule ended on
         a plateau (``plateau``)."""
         return self.plateau_tuning if plateau else self.tuning
-
-    def probe_stage(self, rng_key, warmup_out, num_steps: int, progress=None, offset=None):
-        """``(mean acceptance, leapfrog steps)`` of one chain over
-        :data:`~fisher_mala.whitened_warmup_looks.PROBE_TRANSITIONS` NUTS transitions from
-        the end of its warm-up ``warmup_out``, at its tuned step (the plateau's kernel);
-        its own key, so no other stage's draws change
-        (:meth:`~fisher_mala.whitened_warmup_looks.HostLooks.after_tuning`)."""
-        del num_steps, progress, offset  # (the checkpointed parts pass an offset)
-        (state, params), _ = warmup_out
-        tuning = self.plateau_tuning
-
-        def transition(state, key):
-            state, info = tuning.kernel(
-                key, state, tuning.logdensity_fn, params.step_size,
-                tuning.num_integration_steps, tuning.max_num_doublings,
-            )  # fmt: skip
-            return state, (info.acceptance_rate, info.num_integration_steps)
-
-        keys = jax.random.split(jax.random.fold_in(rng_key, PROBE_KEY), PROBE_TRANSITIONS)
-        _, (acceptance, steps) = jax.lax.scan(transition, state, keys)
-        return jnp.mean(acceptance), jnp.sum(steps)
 
     def tuning_stage(
         self,

@@ -95,9 +95,15 @@ class HostLooks:
         on_host = on_host or (lambda fn, *args: fn(*args))
         warmup_out = on_host(self.regroup_after, warmup_out, plateau)
         if plateau and self.regroup_chains and not self.pooled and self.algorithm == "nuts":
-            probe = call("probe_stage", warmup_out, *call_args)
-            warmup_out = on_host(restart_stuck, warmup_out, probe)
+            probed = call("probe_stage", warmup_out, *call_args)
+            warmup_out = on_host(restart_stuck, warmup_out, probed)
         return warmup_out
+
+    def probe_stage(self, rng_key, warmup_out, num_steps: int, progress=None, offset=None):
+        """The compiled stage of :meth:`after_tuning`'s probe (:func:`probe`, with the
+        plateau's kernel); a stage's arguments (the checkpointed parts pass ``offset``)."""
+        del num_steps, progress, offset
+        return probe(self.plateau_tuning, rng_key, warmup_out)
 
     def regroup_after(self, warmup_out, plateau: bool):
         """The warm-up's outcome with the chains whose step is far from the others'
@@ -228,18 +234,41 @@ PROBE_TRANSITIONS = 20
 STUCK_ACCEPTANCE = 0.3
 
 
-def restart_stuck(warmup_out, probe):
+#: Folded into the warm-up's key for the probe (:func:`probe`): a stream of its own, so
+#: that the stages' draws are those of a run without the probe.
+PROBE_KEY = 0x70726F62  # "prob"
+
+
+def probe(tuning, rng_key, warmup_out):
+    """``(mean acceptance, leapfrog steps)`` of one chain over :data:`PROBE_TRANSITIONS`
+    transitions of ``tuning``'s kernel (a :class:`~fisher_mala.leapfrog_tuning.
+    LeapfrogTuning`) from the end of its warm-up ``warmup_out``, at its tuned step."""
+    (state, params), _ = warmup_out
+
+    def transition(state, key):
+        state, info = tuning.kernel(
+            key, state, tuning.logdensity_fn, params.step_size,
+            tuning.num_integration_steps, tuning.max_num_doublings,
+        )  # fmt: skip
+        return state, (info.acceptance_rate, info.num_integration_steps)
+
+    keys = jax.random.split(jax.random.fold_in(rng_key, PROBE_KEY), PROBE_TRANSITIONS)
+    _, (acceptance, steps) = jax.lax.scan(transition, state, keys)
+    return jnp.mean(acceptance), jnp.sum(steps)
+
+
+def restart_stuck(warmup_out, probed):
     """The warm-up's outcome with the probe's gradients counted and every chain whose
     probe accepted less than :data:`STUCK_ACCEPTANCE` on average given the state and
     parameters of a moving chain (the one whose effective step is nearest the moving
     chains' median; the most accepting where that is not defined), with a
-    :class:`~fisher_mala.checks.SamplingWarning`. ``probe``: each chain's mean acceptance
+    :class:`~fisher_mala.checks.SamplingWarning`. ``probed``: each chain's mean acceptance
     and leapfrog steps over :data:`PROBE_TRANSITIONS` transitions from the warm-up's end
-    (:meth:`~fisher_mala.whitened_warmup.FisherHMCWarmup.probe_stage`), whose draws are
+    (:func:`probe`), whose draws are
     dropped: a chain that moves starts the sampling phase where the warm-up left it.
     Unchanged (but for the count) with one chain, when none or every chain is stuck, or
     under ``jit``."""
-    acceptance, steps = probe
+    acceptance, steps = probed
     (state, params), info = warmup_out
     info = info._replace(num_grad_evals=info.num_grad_evals + steps)
     out = ((state, params), info)
