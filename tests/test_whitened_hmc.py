@@ -336,6 +336,29 @@ def test_after_a_plateau_fisher_nuts_draws_with_blackjax_uturn_criterion(monkeyp
     np.testing.assert_array_equal(np.asarray(auto.samples), np.asarray(blackjax.samples))
 
 
+def test_after_a_plateau_fm_sample_probes_every_chain_and_drops_its_draws(monkeypatch):
+    """Through ``fm.sample`` (the staged warm-up, per chain): after a plateau (a stand-in
+    verdict) the probe runs and its leapfrog steps are counted, at least one per transition
+    and chain; no chain is stuck on a Gaussian, and with the probe's draws dropped the
+    draws are those of ``regroup=False``, which skips it, bit for bit."""
+    from fisher_mala.whitened_warmup_looks import PROBE_TRANSITIONS
+
+    monkeypatch.setattr(
+        fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: "plateau"
+    )
+    target = fm.targets.gaussian("scaled4", np.zeros(4), np.diag([0.1, 1.0, 3.0, 10.0]))
+    x0 = target.initial_positions(jax.random.key(0), 3)
+
+    def run(**options):
+        return fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
+                         num_warmup=1500, num_samples=100, diagnose=False, **options)  # fmt: skip
+
+    probed, skipped = run(), run(regroup=False)
+    np.testing.assert_array_equal(np.asarray(probed.samples), np.asarray(skipped.samples))
+    extra = np.asarray(probed.num_grad_evals) - np.asarray(skipped.num_grad_evals)
+    assert np.all(extra >= PROBE_TRANSITIONS), extra
+
+
 def test_after_a_plateau_every_chain_takes_the_chains_mean_shape_and_keeps_its_trace(x64):
     """``shared_shape``: ``A_c' = (tr A_c / d) mean_k A_k / (tr A_k / d)`` against dense
     linear algebra, ``R_c'`` its lower Cholesky factor, ``R_c'^T g_c`` the whitened
