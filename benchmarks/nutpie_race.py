@@ -327,6 +327,8 @@ def main(argv=None) -> None:
     parser.add_argument("--inspect", metavar="NAME", help="look into one Fisher NUTS run")
     parser.add_argument("--no-regroup", action="store_true", help="with --inspect: regroup=False")
     parser.add_argument("--damping", type=float, help="with --inspect: the Fisher phase's damping")
+    parser.add_argument("--stuck-acceptance", type=float,
+                        help="with --inspect: STUCK_ACCEPTANCE (0: no restart)")  # fmt: skip
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE",
         help="with --inspect: another option of fm.sample (a Python literal)",
@@ -345,6 +347,10 @@ def main(argv=None) -> None:
         print(text)
         return
     if args.inspect:
+        if args.stuck_acceptance is not None:
+            from fisher_mala import whitened_warmup_looks
+
+            whitened_warmup_looks.STUCK_ACCEPTANCE = args.stuck_acceptance
         extra = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.set)}
         inspect(args.inspect, not args.no_regroup, args.damping, args.seed, **extra)
         return

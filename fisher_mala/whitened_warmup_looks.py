@@ -230,7 +230,8 @@ PROBE_TRANSITIONS = 20
 #: benchmarks.nutpie_race --funnel``) one chain ended the warm-up in the funnel's neck with
 #: a step 4 times too large there and accepted nothing in all 2000 draws (392 divergent
 #: transitions; from its first draw: acceptance 0.00, 0.33 and 0.93 at 1, 1/2 and 1/4 of its
-#: step, ``--inspect eight_schools_centered --seed 11``), where moving chains accept 0.8-0.95.
+#: step: ``--inspect eight_schools_centered --seed 11 --stuck-acceptance 0``, the restart
+#: off), where moving chains accept 0.8-0.95.
 STUCK_ACCEPTANCE = 0.3
 
 
