@@ -284,8 +284,7 @@ def restart_stuck(warmup_out, probed):
     if effective is None:
         donor = int(moving[np.argmax(acceptance[moving])])
     else:
-        ratio = effective[moving] / np.median(effective[moving])
-        donor = int(moving[np.argmin(np.abs(np.log(ratio)))])
+        donor = int(moving[np.argmin(np.abs(np.log(_to_median(effective[moving]))))])
     index = np.arange(acceptance.size)
     index[stuck] = donor
     return restart_chains(
@@ -297,6 +296,13 @@ def restart_stuck(warmup_out, probed):
         f"sampling phase from chain {donor}'s state, step and R. A non-centred "
         "parameterization removes the funnel.",
     )
+
+
+def _to_median(steps: np.ndarray) -> np.ndarray:
+    """Each chain's effective step over the chains' median: the chain nearest the median
+    (the smallest ``|log ratio|``) is the donor of :func:`regroup_steps` and
+    :func:`restart_stuck`."""
+    return steps / np.median(steps)
 
 
 def regroup_steps(warmup_out):
@@ -314,8 +320,7 @@ def regroup_steps(warmup_out):
     steps = effective_steps(warmup_out[0][1])
     if steps is None or not np.all(np.isfinite(steps) & (steps > 0)):
         return warmup_out
-    median = np.median(steps)
-    ratio = steps / median
+    ratio = _to_median(steps)
     outliers = np.flatnonzero((ratio > STEP_OUTLIER_FACTOR) | (ratio < 1 / STEP_OUTLIER_FACTOR))
     if outliers.size == 0:
         return warmup_out

@@ -3,6 +3,7 @@ invariance, the warm-up, and correctness by MCSE z-scores."""
 
 import importlib
 import types
+import warnings
 
 import chex
 import jax
@@ -317,20 +318,28 @@ def test_a_robust_uturn_given_holds_after_a_plateau(given):
     assert warm.sampling_options == {"robust_uturn": given}
 
 
-def test_after_a_plateau_fisher_nuts_draws_with_blackjax_uturn_criterion(monkeypatch):
-    """fm.sample's draws after a Fisher phase the stopping rule ended on a plateau (a
-    stand-in verdict here) are those of ``robust_uturn=False``, bit for bit: the step-size
-    phase and the draws both use BlackJAX's criterion."""
+def _after_a_stand_in_plateau(monkeypatch, chains: int, num_samples: int):
+    """``run(**options)``: ``fm.sample``'s Fisher NUTS on a scaled 4-d Gaussian, with the
+    stopping rule's verdict replaced by ``"plateau"`` at its first look."""
     monkeypatch.setattr(
         fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: "plateau"
     )
     target = fm.targets.gaussian("scaled4", np.zeros(4), np.diag([0.1, 1.0, 3.0, 10.0]))
-    x0 = target.initial_positions(jax.random.key(0), 2)
+    x0 = target.initial_positions(jax.random.key(0), chains)
 
     def run(**options):
         return fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
-                         num_warmup=1500, num_samples=200, diagnose=False, **options)  # fmt: skip
+                         num_warmup=1500, num_samples=num_samples, diagnose=False,
+                         **options)  # fmt: skip
 
+    return run
+
+
+def test_after_a_plateau_fisher_nuts_draws_with_blackjax_uturn_criterion(monkeypatch):
+    """fm.sample's draws after a Fisher phase the stopping rule ended on a plateau (a
+    stand-in verdict here) are those of ``robust_uturn=False``, bit for bit: the step-size
+    phase and the draws both use BlackJAX's criterion."""
+    run = _after_a_stand_in_plateau(monkeypatch, chains=2, num_samples=200)
     auto, blackjax = run(), run(robust_uturn=False)
     assert auto.target_acceptance == fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE
     np.testing.assert_array_equal(np.asarray(auto.samples), np.asarray(blackjax.samples))
@@ -343,17 +352,12 @@ def test_after_a_plateau_fm_sample_probes_every_chain_and_drops_its_draws(monkey
     draws are those of ``regroup=False``, which skips it, bit for bit."""
     from fisher_mala.whitened_warmup_looks import PROBE_TRANSITIONS
 
-    monkeypatch.setattr(
-        fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: "plateau"
-    )
-    target = fm.targets.gaussian("scaled4", np.zeros(4), np.diag([0.1, 1.0, 3.0, 10.0]))
-    x0 = target.initial_positions(jax.random.key(0), 3)
-
-    def run(**options):
-        return fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
-                         num_warmup=1500, num_samples=100, diagnose=False, **options)  # fmt: skip
-
-    probed, skipped = run(), run(regroup=False)
+    run = _after_a_stand_in_plateau(monkeypatch, chains=3, num_samples=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fm.SamplingWarning)
+        probed = run()
+    assert not [w for w in caught if "stuck" in str(w.message)]  # silent on a healthy run
+    skipped = run(regroup=False)
     np.testing.assert_array_equal(np.asarray(probed.samples), np.asarray(skipped.samples))
     extra = np.asarray(probed.num_grad_evals) - np.asarray(skipped.num_grad_evals)
     assert np.all(extra >= PROBE_TRANSITIONS), extra
