@@ -408,7 +408,8 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
         settled = on_host(self.settled, out[0][0])
         self.chose_after(plateau)
         out = call("tuning_stage", out, metric, settled, plateau)
-        return self.after_tuning(call, out, plateau, on_host)
+        unsettled = looks and not (learned or plateau)  # the Fisher phase ran its length
+        return self.after_tuning(call, out, plateau, on_host, unsettled=unsettled)
 
     def regroup(self, fisher_out):
         """The Fisher phase's outcome with the chains left behind restarted from others'

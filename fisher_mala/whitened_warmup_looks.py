@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fisher_mala import validation
+from fisher_mala.adaptations.dual_averaging import dual_averaging
 from fisher_mala.adaptations.stopping_rule import (
     AUTO_MAX_DIM,
     chains_behind,
@@ -85,18 +86,29 @@ class HostLooks:
         pooled (one ``R`` already), unchanged."""
         return shared_shape(fisher_out) if plateau and not self.pooled else fisher_out
 
-    def after_tuning(self, call, warmup_out, plateau: bool, on_host=None, *call_args):
+    def after_tuning(self, call, warmup_out, plateau: bool, on_host=None, *call_args,
+                     unsettled: bool = False):  # fmt: skip
         """The warm-up's outcome after its step-size phase: :meth:`regroup_after`, then
         after a ``plateau`` (with ``regroup=True``, NUTS, chains of their own) a short
         probe of every chain at its tuned step (``call("probe_stage", warmup_out,
         *call_args)``) and the chains stuck there restarted from another
-        (:func:`restart_stuck`). ``on_host(fn, *args)`` runs the host's choices
-        (``fm.sample`` times them)."""
+        (:func:`restart_stuck`). After a Fisher phase that the stopping rule looked at and
+        never found settled (``unsettled``: it ran its full length), a probe for divergent
+        transitions at the tuned step (NUTS, chains of their own), and the step tuned
+        again towards the plateau's target where they are common (:func:`retune_needed`).
+        ``on_host(fn, *args)`` runs the host's choices (``fm.sample`` times them)."""
         on_host = on_host or (lambda fn, *args: fn(*args))
         warmup_out = on_host(self.regroup_after, warmup_out, plateau)
-        if plateau and self.regroup_chains and not self.pooled and self.algorithm == "nuts":
+        own_chains = not self.pooled and self.algorithm == "nuts"
+        if plateau and self.regroup_chains and own_chains:
             probed = call("probe_stage", warmup_out, *call_args)
             warmup_out = on_host(restart_stuck, warmup_out, probed)
+        elif unsettled and own_chains:
+            share, steps = call("divergence_probe_stage", warmup_out, *call_args)
+            warmup_out = on_host(count_gradients, warmup_out, steps)
+            if on_host(retune_needed, share):
+                warmup_out = call("retune_stage", warmup_out, *call_args)
+                self.used_target_acceptance = self.plateau_target_acceptance
         return warmup_out
 
     def probe_stage(self, rng_key, warmup_out, num_steps: int, progress=None, offset=None):
@@ -104,6 +116,20 @@ class HostLooks:
         plateau's kernel); a stage's arguments (the checkpointed parts pass ``offset``)."""
         del num_steps, progress, offset
         return probe(self.plateau_tuning, rng_key, warmup_out)
+
+    def divergence_probe_stage(self, rng_key, warmup_out, num_steps: int, progress=None,
+                               offset=None):  # fmt: skip
+        """The compiled stage of :meth:`after_tuning`'s divergence probe
+        (:func:`divergence_probe`, with the step-size phase's kernel)."""
+        del num_steps, progress, offset
+        return divergence_probe(self.tuning, rng_key, warmup_out)
+
+    def retune_stage(self, rng_key, warmup_out, num_steps: int, progress=None, offset=None):
+        """The compiled stage of :meth:`after_tuning`'s second step-size phase
+        (:func:`retune`: the step-size phase's kernel, towards the plateau's target)."""
+        del num_steps, progress, offset
+        target = dual_averaging(self.plateau_target_acceptance)
+        return retune(self.tuning._replace(dual_averaging=target), rng_key, warmup_out)
 
     def regroup_after(self, warmup_out, plateau: bool):
         """The warm-up's outcome with the chains whose step is far from the others'
@@ -240,10 +266,11 @@ STUCK_ACCEPTANCE = 0.3
 PROBE_KEY = 0x70726F62  # "prob"
 
 
-def probe(tuning, rng_key, warmup_out):
-    """``(mean acceptance, leapfrog steps)`` of one chain over :data:`PROBE_TRANSITIONS`
-    transitions of ``tuning``'s kernel (a :class:`~fisher_mala.leapfrog_tuning.
-    LeapfrogTuning`) from the end of its warm-up ``warmup_out``, at its tuned step."""
+def _probe_transitions(tuning, rng_key, warmup_out):
+    """``(acceptance, leapfrog steps, divergent)`` of one chain at each of
+    :data:`PROBE_TRANSITIONS` transitions of ``tuning``'s kernel (a
+    :class:`~fisher_mala.leapfrog_tuning.LeapfrogTuning`) from the end of its warm-up
+    ``warmup_out``, at its tuned step, in a key stream of its own (:data:`PROBE_KEY`)."""
     (state, params), _ = warmup_out
 
     def transition(state, key):
@@ -251,11 +278,68 @@ def probe(tuning, rng_key, warmup_out):
             key, state, tuning.logdensity_fn, params.step_size,
             tuning.num_integration_steps, tuning.max_num_doublings,
         )  # fmt: skip
-        return state, (info.acceptance_rate, info.num_integration_steps)
+        return state, (info.acceptance_rate, info.num_integration_steps, info.is_divergent)
 
     keys = jax.random.split(jax.random.fold_in(rng_key, PROBE_KEY), PROBE_TRANSITIONS)
-    _, (acceptance, steps) = jax.lax.scan(transition, state, keys)
+    return jax.lax.scan(transition, state, keys)[1]
+
+
+def probe(tuning, rng_key, warmup_out):
+    """``(mean acceptance, leapfrog steps)`` of one chain over :data:`PROBE_TRANSITIONS`
+    transitions from the end of its warm-up (:func:`_probe_transitions`)."""
+    acceptance, steps, _ = _probe_transitions(tuning, rng_key, warmup_out)
     return jnp.mean(acceptance), jnp.sum(steps)
+
+
+def divergence_probe(tuning, rng_key, warmup_out):
+    """``(share of divergent transitions, leapfrog steps)`` of one chain over
+    :data:`PROBE_TRANSITIONS` transitions from the end of its warm-up
+    (:func:`_probe_transitions`)."""
+    _, steps, divergent = _probe_transitions(tuning, rng_key, warmup_out)
+    return jnp.mean(divergent.astype(jnp.float32)), jnp.sum(steps)
+
+
+#: Divergent transitions at the tuned step, as a share of the divergence probe's
+#: (:func:`divergence_probe`, every chain's together), at or above which the step is tuned
+#: again towards the plateau's target (Stan's advice for divergences, automated). After a
+#: Fisher phase that never settled, the heteroscedastic latent-GP posterior
+#: ``mcycle_gp-accel_gp`` (posteriordb, d = 66; ``python -m benchmarks.held_out --later``)
+#: diverged in 21% of its 8000 draws at the target 0.7; the race's posteriors diverge in
+#: at most 0.7% (the non-centred eight schools), so that 4 of a probe's 80 transitions
+#: there would have a chance of about 1e-4.
+RETUNE_DIVERGENT_SHARE = 0.05
+#: Iterations of that second step-size phase: as many as the step-size phase after a
+#: Fisher phase the stopping rule ends early on the race's posteriors (about 200).
+RETUNE_STEPS = 200
+#: Folded into the warm-up's key for the second step-size phase (:func:`retune`).
+RETUNE_KEY = 0x72657475  # "retu"
+
+
+def retune_needed(share) -> bool:
+    """Whether the divergence probe's shares (one per chain) call for :func:`retune`:
+    their mean at least :data:`RETUNE_DIVERGENT_SHARE`; False under ``jit``."""
+    if not validation.is_concrete(share):
+        return False
+    return bool(np.mean(np.asarray(share, np.float64)) >= RETUNE_DIVERGENT_SHARE)
+
+
+def retune(tuning, rng_key, warmup_out, num_steps: int = RETUNE_STEPS):
+    """One chain's warm-up outcome after ``num_steps`` more iterations of dual averaging of
+    its leapfrog step (``tuning``, a :class:`~fisher_mala.leapfrog_tuning.LeapfrogTuning`,
+    from its tuned step, ``R`` frozen), their gradients counted."""
+    from fisher_mala.leapfrog_tuning import tune_step_size
+
+    (state, params), info = warmup_out
+    key = jax.random.fold_in(rng_key, RETUNE_KEY)
+    state, step, more, _ = tune_step_size(tuning, key, state, params.step_size, num_steps, 0, None)
+    evals = info.num_grad_evals + jnp.sum(more.num_integration_steps, -1)
+    return (state, params._replace(step_size=step)), info._replace(num_grad_evals=evals)
+
+
+def count_gradients(warmup_out, steps):
+    """The warm-up's outcome with ``steps`` more gradient evaluations (a probe's)."""
+    (state, params), info = warmup_out
+    return (state, params), info._replace(num_grad_evals=info.num_grad_evals + steps)
 
 
 def restart_stuck(warmup_out, probed):
@@ -270,9 +354,8 @@ def restart_stuck(warmup_out, probed):
     Unchanged (but for the count) with one chain, when none or every chain is stuck, or
     under ``jit``."""
     acceptance, steps = probed
-    (state, params), info = warmup_out
-    info = info._replace(num_grad_evals=info.num_grad_evals + steps)
-    out = ((state, params), info)
+    out = count_gradients(warmup_out, steps)
+    params = warmup_out[0][1]
     if np.ndim(acceptance) != 1 or not validation.is_concrete(acceptance):
         return out
     acceptance = np.asarray(acceptance, np.float64)

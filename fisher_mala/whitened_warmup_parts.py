@@ -176,8 +176,10 @@ class WarmupInParts:
         widen_iteration = None if widen_at is None else num_fisher + widen_at
         carry = call("tuning_start", fisher_state, 0, metric, plateau, widen_iteration, widen_at)
         tree = {"finfo": info, "carry": carry, "info": None}
+        # the stopping rule looked (learned is then a bool) and the phase ran its length
+        unsettled = meta.get("learned") is False and not plateau
         meta = {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
-        return tree, {**meta, "plateau": plateau}
+        return tree, {**meta, "plateau": plateau, "unsettled": unsettled}
 
     def _tune_in_parts(self, call, num_steps, every, tree, meta, save):
         """The step-size phase from ``tree`` (:meth:`_to_tuning`) in parts of ``every``."""
@@ -203,7 +205,8 @@ class WarmupInParts:
             empty = np.zeros((*np.shape(finfo.acceptance_rate)[:-1], 0))
             info = (empty, empty.astype(bool), empty.astype(bool), empty.astype(np.int32))
         out = call("tuning_finish", (finfo, tree["carry"], info), 0, plateau)
-        return self.after_tuning(call, out, plateau, None, 0)
+        unsettled = meta.get("unsettled", False)
+        return self.after_tuning(call, out, plateau, None, 0, unsettled=unsettled)
 
 
 def _cut(parts, points) -> tuple:

@@ -226,11 +226,13 @@ def test_stopping_rule_leaves_out_a_chain_far_behind():
     assert not look([-10.0, -11.0, -9.0, -12.0])
 
 
-def _stand_in_stages(warm, num_fisher, dim, tuned):
+def _stand_in_stages(warm, num_fisher, dim, tuned, divergent_share=0.0):
     """``call`` for :meth:`staged_run` with stand-in stages: the Fisher phase's parts
     return identity ``R``s and empty infos; the step-size stage records its extra
     arguments in ``tuned`` and returns the Fisher phase's output; the probe after a
-    plateau records ``"probe"`` and finds its one chain moving."""
+    plateau records ``"probe"`` and finds its one chain moving; the divergence probe after
+    a phase that never settled records ``"divergences"`` and finds ``divergent_share``, and
+    the second step-size phase records ``"retune"``."""
 
     def info(n):
         zeros = np.zeros(n)
@@ -248,6 +250,12 @@ def _stand_in_stages(warm, num_fisher, dim, tuned):
         if method == "probe_stage":  # after a plateau: one chain, moving
             tuned.append("probe")
             return np.float64(1.0), 0
+        if method == "divergence_probe_stage":  # after a phase that never settled
+            tuned.append("divergences")
+            return np.float64(divergent_share), 0
+        if method == "retune_stage":
+            tuned.append("retune")
+            return argument
         tuned.append(extra)  # tuning_stage: (metric, settled, plateau)
         return argument
 
@@ -300,12 +308,97 @@ def test_a_phase_ended_on_a_plateau_tunes_towards_the_plateau_target(
     lead = warm.first_fisher_iterations(num_fisher, dim)
     done = min(lead + stops_after * warm.fisher.block, num_fisher)
     assert out[1].acceptance_rate.shape == (done,)
-    assert tuned == [("dense", True, plateau)] + ["probe"] * plateau  # the probe: plateaus
+    # the probe after a plateau; the divergence probe after a phase that never settled
+    unsettled = not plateau and verdicts[-1] == ""
+    assert tuned == [("dense", True, plateau)] + ["probe"] * plateau + ["divergences"] * unsettled
     assert warm.used_target_acceptance == target
     # robust_uturn="auto": BlackJAX's U-turn criterion after a plateau (in the step-size
     # phase, and for the draws through the sampling options), the checks otherwise
     assert warm.sampling_options == {"robust_uturn": not plateau}
     assert warm.tuning_for(plateau).kernel is not warm.tuning_for(not plateau).kernel
+
+
+@pytest.mark.parametrize("share,retuned", [(0.0, False), (0.04, False), (0.05, True)])
+def test_divergences_after_a_phase_that_never_settled_retune_the_step(share, retuned):
+    """After a Fisher phase the stopping rule looked at and never found settled, the
+    divergence probe runs; a divergent share at or above ``RETUNE_DIVERGENT_SHARE`` runs a
+    second step-size phase and records the plateau's target as the one used."""
+    from fisher_mala.whitened_warmup_looks import RETUNE_DIVERGENT_SHARE
+
+    assert RETUNE_DIVERGENT_SHARE == 0.05
+    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
+    num_steps, dim, tuned = 5000, 10, []
+    num_fisher, _ = warm.split(num_steps)
+
+    def on_host(fn, *args):
+        return "" if fn.__name__ == "look" else fn(*args)
+
+    call = _stand_in_stages(warm, num_fisher, dim, tuned, divergent_share=share)
+    warm.staged_run(call, None, num_steps, on_host)
+    assert tuned == [("dense", True, False), "divergences"] + ["retune"] * retuned
+    target = fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE if retuned else 0.7
+    assert warm.used_target_acceptance == target
+    assert warm.sampling_options == {"robust_uturn": True}  # the draws keep the checks
+
+
+def test_retune_tunes_the_step_towards_its_target_and_counts_the_gradients(x64):
+    """``retune`` from a step far too large for a whitened N(0, I_20): dual averaging
+    towards 0.9 shrinks it to where 100 transitions accept at least 0.8 on average, its
+    leapfrog steps added to the gradient count; ``R`` and the position's shape are kept."""
+    from fisher_mala.adaptations.dual_averaging import dual_averaging
+    from fisher_mala.whitened_warmup_looks import retune
+
+    dim = 20
+    warm = fm.whitened_warmup.FisherHMCWarmup(
+        gaussian_logdensity(np.zeros(dim), np.eye(dim)), metric="dense"
+    )
+    tuning = warm.tuning._replace(dual_averaging=dual_averaging(0.9))
+    state = fm.whitened_hmc.init(jnp.zeros(dim), tuning.logdensity_fn, jnp.eye(dim))
+    params = fm.schedule.WarmupParameters(jnp.asarray(3.0), jnp.eye(dim))
+    zeros = jnp.zeros(5)
+    info = fm.schedule.WarmupInfo(zeros, zeros > 0, zeros == 0, 0.1, jnp.asarray(5), None)
+    (new_state, new_params), new_info = retune(tuning, jax.random.key(0), ((state, params), info))
+    assert 0.1 < float(new_params.step_size) < 1.5
+    assert int(new_info.num_grad_evals) >= 5 + 200  # one leapfrog step at least per iteration
+    np.testing.assert_array_equal(new_state.sqrt_precond, np.eye(dim))
+    acceptance = []
+    for key in jax.random.split(jax.random.key(1), 100):
+        new_state, step_info = tuning.kernel(
+            key, new_state, tuning.logdensity_fn, new_params.step_size,
+            tuning.num_integration_steps, tuning.max_num_doublings,
+        )  # fmt: skip
+        acceptance.append(float(step_info.acceptance_rate))
+    assert np.mean(acceptance) > 0.8
+
+
+def test_a_retuned_run_is_the_same_through_checkpointed_parts(monkeypatch, tmp_path):
+    """Through ``fm.sample``, with the stopping rule's verdict held at "still learning"
+    (the Fisher phase runs its length) and every divergent share calling for the second
+    step-size phase: the run reports the plateau's target, costs more gradients than with
+    the second phase off, and its checkpointed parts give the same draws, bit for bit."""
+    from fisher_mala import whitened_warmup_looks
+
+    monkeypatch.setattr(
+        fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: ""
+    )
+    target = fm.targets.gaussian("scaled4", np.zeros(4), np.diag([0.1, 1.0, 3.0, 10.0]))
+    x0 = target.initial_positions(jax.random.key(0), 2)
+
+    def run(**options):
+        return fm.sample(jax.random.key(1), "fisher_nuts", target.logdensity_fn, x0,
+                         num_warmup=1500, num_samples=100, diagnose=False,
+                         **options)  # fmt: skip
+
+    monkeypatch.setattr(whitened_warmup_looks, "RETUNE_DIVERGENT_SHARE", 0.0)
+    retuned = run()
+    assert retuned.target_acceptance == fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE
+    parts = run(checkpoint=tmp_path / "run", checkpoint_every=400)
+    np.testing.assert_array_equal(np.asarray(parts.samples), np.asarray(retuned.samples))
+    monkeypatch.setattr(whitened_warmup_looks, "RETUNE_DIVERGENT_SHARE", 2.0)  # never
+    probed = run()
+    assert probed.target_acceptance == 0.7
+    extra = np.asarray(retuned.num_grad_evals) - np.asarray(probed.num_grad_evals)
+    assert np.all(extra >= whitened_warmup_looks.RETUNE_STEPS), extra
 
 
 @pytest.mark.parametrize("given", [True, False])
@@ -432,6 +525,7 @@ def test_after_a_plateau_a_chain_whose_step_is_far_from_the_others_restarts_from
     diagonal_root = fm.square_roots.DiagonalSqrt(jnp.ones((chains, d)))
     diagonal = WarmupParameters(params.step_size, diagonal_root)
     assert regroup_steps(((state, diagonal), None))[0][1] is diagonal
+
     def logdensity(x):
         return -0.5 * jnp.sum(x**2)
 
