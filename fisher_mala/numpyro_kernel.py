@@ -566,6 +566,8 @@ def _fisher_phase(warmup, rng_key, params, num_steps: int, evaluated=None):
     def call(method, argument, *extra):
         if method == "fisher_stage":  # NumPyro's value and gradient at the start: reused
             return warmup.fisher_stage(rng_key, argument, num_steps, None, evaluated)
+        if method == "divergence_probe_stage":  # the step-size phase runs in NumPyro's loop
+            return np.zeros(()), None  # no probe: nothing to count, no second phase
         if method != "tuning_stage":
             return getattr(warmup, method)(rng_key, argument, num_steps, None, *extra)
         (fisher_state, _), fisher_info = argument

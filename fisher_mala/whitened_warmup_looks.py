@@ -337,7 +337,10 @@ def retune(tuning, rng_key, warmup_out, num_steps: int = RETUNE_STEPS):
 
 
 def count_gradients(warmup_out, steps):
-    """The warm-up's outcome with ``steps`` more gradient evaluations (a probe's)."""
+    """The warm-up's outcome with ``steps`` more gradient evaluations (a probe's; None:
+    unchanged)."""
+    if steps is None:
+        return warmup_out
     (state, params), info = warmup_out
     return (state, params), info._replace(num_grad_evals=info.num_grad_evals + steps)
 

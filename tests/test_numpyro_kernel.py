@@ -453,3 +453,16 @@ def test_fisher_nuts_kernel_runs_chains_in_parallel_with_its_host_widening():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=600)  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_a_fisher_phase_that_never_settles_leaves_the_step_to_numpyros_loop(monkeypatch):
+    """With the stopping rule on and its verdict held at "still learning" (the Fisher phase
+    runs its length), ``fm.FisherNUTSKernel``'s warm-up skips ``fm.sample``'s divergence
+    probe (its step-size phase runs inside NumPyro's loop, after ``init``) and samples."""
+    monkeypatch.setattr(
+        fm.whitened_warmup.FisherHMCWarmup, "look", lambda self, previous, state: ""
+    )
+    kernel = fm.FisherNUTSKernel(eight_schools, stopping_rule=True)
+    mcmc = MCMC(kernel, num_warmup=1200, num_samples=20, progress_bar=False)
+    mcmc.run(jax.random.key(0), SIGMA, y=Y)
+    assert np.all(np.isfinite(np.asarray(mcmc.get_samples()["mu"])))
