@@ -404,11 +404,11 @@ class FisherHMCWarmup(HostLooks, WarmupInParts):
                     break
             metric = on_host(self.choose, out[0][0], learned if looks else None)
         out = on_host(self.regroup, out)
-        out = on_host(self.share_after, out, plateau)
+        unsettled = looks and not (learned or plateau)  # the Fisher phase ran its length
+        out = on_host(self.share_after, out, plateau or self.shares_unsettled(unsettled))
         settled = on_host(self.settled, out[0][0])
         self.chose_after(plateau)
         out = call("tuning_stage", out, metric, settled, plateau)
-        unsettled = looks and not (learned or plateau)  # the Fisher phase ran its length
         return self.after_tuning(call, out, plateau, on_host, unsettled=unsettled)
 
     def regroup(self, fisher_out):

@@ -80,11 +80,24 @@ class HostLooks:
         verdict = rule.update(rule.init(r_prev, n_prev), (r_now, n_now))
         return "settled" if rule.final(verdict) else "plateau" if verdict.plateau else ""
 
-    def share_after(self, fisher_out, plateau: bool):
+    def share_after(self, fisher_out, share: bool):
         """The Fisher phase's outcome, its chains given their mean shape of ``R``
-        (:func:`shared_shape`) after a phase that ended on a ``plateau``; otherwise, or
-        pooled (one ``R`` already), unchanged."""
-        return shared_shape(fisher_out) if plateau and not self.pooled else fisher_out
+        (:func:`shared_shape`) where ``share`` (after a phase that ended on a plateau, or
+        :meth:`shares_unsettled`); otherwise, or pooled (one ``R`` already), unchanged."""
+        return shared_shape(fisher_out) if share and not self.pooled else fisher_out
+
+    def shares_unsettled(self, unsettled: bool) -> bool:
+        """Whether NUTS's chains share their mean shape of ``R`` after a Fisher phase that
+        the stopping rule looked at and never found settled (``unsettled``): each chain's
+        ``R`` is then still noisy, or fits where its chain spent the phase. On the
+        heteroscedastic latent GP ``mcycle_gp-accel_gp`` (``python -m benchmarks.held_out
+        --later``), in two seeds, one chain kept an ``R`` that cost it 5 to 8 times the
+        others' gradients per draw and had a min ESS of 17 in 2000 draws; shared, the
+        sampling phase's min ESS per gradient was 3.5 and 4.3 times as high. Not for HMC,
+        whose fixed trajectory length suits each chain's own ``R``: on the paper's GP target
+        (``python -m benchmarks.versus_blackjax --targets gp``) Fisher HMC lost 28% of its
+        min ESS per gradient with the shape shared, where Fisher NUTS gained 5%."""
+        return unsettled and self.algorithm == "nuts"
 
     def after_tuning(self, call, warmup_out, plateau: bool, on_host=None, *call_args,
                      unsettled: bool = False):  # fmt: skip
@@ -266,11 +279,11 @@ STUCK_ACCEPTANCE = 0.3
 PROBE_KEY = 0x70726F62  # "prob"
 
 
-def _probe_transitions(tuning, rng_key, warmup_out):
-    """``(acceptance, leapfrog steps, divergent)`` of one chain at each of
-    :data:`PROBE_TRANSITIONS` transitions of ``tuning``'s kernel (a
-    :class:`~fisher_mala.leapfrog_tuning.LeapfrogTuning`) from the end of its warm-up
-    ``warmup_out``, at its tuned step, in a key stream of its own (:data:`PROBE_KEY`)."""
+def _probe_transitions(tuning, rng_key, warmup_out, num=PROBE_TRANSITIONS):
+    """``(acceptance, leapfrog steps, divergent)`` of one chain at each of ``num``
+    transitions of ``tuning``'s kernel (a :class:`~fisher_mala.leapfrog_tuning.
+    LeapfrogTuning`) from the end of its warm-up ``warmup_out``, at its tuned step, in a
+    key stream of its own (:data:`PROBE_KEY`)."""
     (state, params), _ = warmup_out
 
     def transition(state, key):
@@ -280,7 +293,7 @@ def _probe_transitions(tuning, rng_key, warmup_out):
         )  # fmt: skip
         return state, (info.acceptance_rate, info.num_integration_steps, info.is_divergent)
 
-    keys = jax.random.split(jax.random.fold_in(rng_key, PROBE_KEY), PROBE_TRANSITIONS)
+    keys = jax.random.split(jax.random.fold_in(rng_key, PROBE_KEY), num)
     return jax.lax.scan(transition, state, keys)[1]
 
 
@@ -293,21 +306,29 @@ def probe(tuning, rng_key, warmup_out):
 
 def divergence_probe(tuning, rng_key, warmup_out):
     """``(share of divergent transitions, leapfrog steps)`` of one chain over
-    :data:`PROBE_TRANSITIONS` transitions from the end of its warm-up
+    :data:`DIVERGENCE_PROBE_TRANSITIONS` transitions from the end of its warm-up
     (:func:`_probe_transitions`)."""
-    _, steps, divergent = _probe_transitions(tuning, rng_key, warmup_out)
+    num = DIVERGENCE_PROBE_TRANSITIONS
+    _, steps, divergent = _probe_transitions(tuning, rng_key, warmup_out, num)
     return jnp.mean(divergent.astype(jnp.float32)), jnp.sum(steps)
 
 
-#: Divergent transitions at the tuned step, as a share of the divergence probe's
-#: (:func:`divergence_probe`, every chain's together), at or above which the step is tuned
-#: again towards the plateau's target (Stan's advice for divergences, automated). After a
-#: Fisher phase that never settled, the heteroscedastic latent-GP posterior
-#: ``mcycle_gp-accel_gp`` (posteriordb, d = 66; ``python -m benchmarks.held_out --later``)
-#: diverged in 21% of its 8000 draws at the target 0.7; the race's posteriors diverge in
-#: at most 0.7% (the non-centred eight schools), so that 4 of a probe's 80 transitions
-#: there would have a chance of about 1e-4.
-RETUNE_DIVERGENT_SHARE = 0.05
+#: Transitions of each chain's divergence probe (:func:`divergence_probe`): 200 over four
+#: chains. In seed 1 of ``mcycle_gp-accel_gp`` below, 20 per chain and a bar of 5% missed
+#: a step whose draws then diverged in 9% of transitions; 50 per chain found 3.5% (the
+#: divergences gather where the chains go later, not where the warm-up ends).
+DIVERGENCE_PROBE_TRANSITIONS = 50
+#: Divergent transitions at the tuned step, as a share of the divergence probe's (every
+#: chain's together: 4 of 200), at or above which the step is tuned again towards the
+#: plateau's target (Stan's advice for divergences, automated). After a Fisher phase that
+#: never settled, the heteroscedastic latent-GP posterior ``mcycle_gp-accel_gp``
+#: (posteriordb, d = 66; ``python -m benchmarks.held_out --later``) diverged in 21% (seed
+#: 0, each chain's own R) and 9% (seed 1, the shared shape) of its 8000 draws at the
+#: target 0.7 (seed 1's probe: 2-6% by chain). A
+#: posterior diverging in 0.7% of transitions (the race's worst, the non-centred eight
+#: schools, whose Fisher phase ends early and is never probed) would reach 4 of 200 with
+#: a chance of about 5%, and the second phase then costs 200 iterations and a smaller step.
+RETUNE_DIVERGENT_SHARE = 0.02
 #: Iterations of that second step-size phase: as many as the step-size phase after a
 #: Fisher phase the stopping rule ends early on the race's posteriors (about 200).
 RETUNE_STEPS = 200

@@ -160,9 +160,12 @@ class WarmupInParts:
             metric = on_host(self.choose, fisher_state, meta.get("learned"))
         (fisher_state, params), info = on_host(self.regroup, ((fisher_state, params), info))
         plateau = bool(meta.get("plateau"))  # the rule ended the phase on a plateau
+        # the stopping rule looked (learned is then a bool) and the phase ran its length
+        unsettled = meta.get("learned") is False and not plateau
         (fisher_state, params), info = on_host(
-            self.share_after, ((fisher_state, params), info), plateau
-        )
+            self.share_after, ((fisher_state, params), info),
+            plateau or self.shares_unsettled(unsettled),
+        )  # fmt: skip
         settled = bool(on_host(self.settled, fisher_state))
         if self.score_prior_weight is not None or self.pooled:  # in one part (docstring)
             argument = ((fisher_state, params), info)
@@ -176,8 +179,6 @@ class WarmupInParts:
         widen_iteration = None if widen_at is None else num_fisher + widen_at
         carry = call("tuning_start", fisher_state, 0, metric, plateau, widen_iteration, widen_at)
         tree = {"finfo": info, "carry": carry, "info": None}
-        # the stopping rule looked (learned is then a bool) and the phase ran its length
-        unsettled = meta.get("learned") is False and not plateau
         meta = {"stage": "tuning", "done": 0, "metric": metric, "settled": settled}
         return tree, {**meta, "plateau": plateau, "unsettled": unsettled}
 

@@ -318,23 +318,27 @@ def test_a_phase_ended_on_a_plateau_tunes_towards_the_plateau_target(
     assert warm.tuning_for(plateau).kernel is not warm.tuning_for(not plateau).kernel
 
 
-@pytest.mark.parametrize("share,retuned", [(0.0, False), (0.04, False), (0.05, True)])
+@pytest.mark.parametrize("share,retuned", [(0.0, False), (0.015, False), (0.02, True)])
 def test_divergences_after_a_phase_that_never_settled_retune_the_step(share, retuned):
-    """After a Fisher phase the stopping rule looked at and never found settled, the
-    divergence probe runs; a divergent share at or above ``RETUNE_DIVERGENT_SHARE`` runs a
-    second step-size phase and records the plateau's target as the one used."""
+    """After a Fisher phase the stopping rule looked at and never found settled, NUTS's
+    chains share their mean shape of ``R`` and the divergence probe runs; a divergent share
+    at or above ``RETUNE_DIVERGENT_SHARE`` runs a second step-size phase and records the
+    plateau's target as the one used."""
     from fisher_mala.whitened_warmup_looks import RETUNE_DIVERGENT_SHARE
 
-    assert RETUNE_DIVERGENT_SHARE == 0.05
+    assert RETUNE_DIVERGENT_SHARE == 0.02
     warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), metric="dense")
-    num_steps, dim, tuned = 5000, 10, []
-    num_fisher, _ = warm.split(num_steps)
+    num_steps, dim, tuned, shared = 5000, 10, [], []
 
     def on_host(fn, *args):
+        if fn.__name__ == "share_after":
+            shared.append(args[1])
         return "" if fn.__name__ == "look" else fn(*args)
 
+    num_fisher, _ = warm.split(num_steps)
     call = _stand_in_stages(warm, num_fisher, dim, tuned, divergent_share=share)
     warm.staged_run(call, None, num_steps, on_host)
+    assert shared == [True]
     assert tuned == [("dense", True, False), "divergences"] + ["retune"] * retuned
     target = fm.whitened_warmup.PLATEAU_TARGET_ACCEPTANCE if retuned else 0.7
     assert warm.used_target_acceptance == target
@@ -399,6 +403,28 @@ def test_a_retuned_run_is_the_same_through_checkpointed_parts(monkeypatch, tmp_p
     assert probed.target_acceptance == 0.7
     extra = np.asarray(retuned.num_grad_evals) - np.asarray(probed.num_grad_evals)
     assert np.all(extra >= whitened_warmup_looks.RETUNE_STEPS), extra
+
+
+@pytest.mark.parametrize("algorithm,verdicts,share", [
+    ("nuts", [""] * 4, True),  # never settled: NUTS's chains share the shape
+    ("hmc", [""] * 4, False),  # not HMC's: a fixed length suits each chain's own R
+    ("nuts", ["", "settled"], False),
+    ("hmc", ["", "plateau"], True),  # after a plateau, both
+])  # fmt: skip
+def test_chains_share_their_shape_after_a_plateau_or_for_nuts_a_phase_never_settled(
+    algorithm, verdicts, share
+):
+    warm = fm.whitened_warmup.FisherHMCWarmup(lambda x: -jnp.sum(x**2), algorithm, metric="dense")
+    num_steps, dim, shared, answers = 5000, 10, [], iter(verdicts)
+
+    def on_host(fn, *args):
+        if fn.__name__ == "share_after":
+            shared.append(args[1])
+        return next(answers) if fn.__name__ == "look" else fn(*args)
+
+    num_fisher, _ = warm.split(num_steps)
+    warm.staged_run(_stand_in_stages(warm, num_fisher, dim, []), None, num_steps, on_host)
+    assert shared == [share]
 
 
 @pytest.mark.parametrize("given", [True, False])
