@@ -91,9 +91,10 @@ class HostLooks:
         the stopping rule looked at and never found settled (``unsettled``): each chain's
         ``R`` is then still noisy, or fits where its chain spent the phase. On the
         heteroscedastic latent GP ``mcycle_gp-accel_gp`` (``python -m benchmarks.held_out
-        --later``), in two seeds, one chain kept an ``R`` that cost it 5 to 8 times the
+        --later``), in seed 1, one chain kept an ``R`` that cost it 5 to 8 times the
         others' gradients per draw and had a min ESS of 17 in 2000 draws; shared, the
-        sampling phase's min ESS per gradient was 3.5 and 4.3 times as high. Not for HMC,
+        run's min ESS per gradient was 8.9 and 17 times that with each chain's own ``R``
+        in seeds 0 and 1 (the cells before and after, both retuned). Not for HMC,
         whose fixed trajectory length suits each chain's own ``R``: on the paper's GP target
         (``python -m benchmarks.versus_blackjax --targets gp``) Fisher HMC lost 28% of its
         min ESS per gradient with the shape shared, where Fisher NUTS gained 5%."""
