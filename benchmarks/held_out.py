@@ -348,6 +348,42 @@ def _low_dim_gauss_mix(data):
     return 5, logdensity, constrain, _flat_twin(5, logdensity_pt), ("x",)
 
 
+def _log_rows(x, log_sigmoid):
+    """The log transition matrix of a two-state HMM from ``x[0]``, ``x[1]``: the logits of
+    each row's first entry (Stan's simplex transform for K = 2)."""
+    return [[log_sigmoid(x[0]), log_sigmoid(-x[0])], [log_sigmoid(x[1]), log_sigmoid(-x[1])]]
+
+
+def _forward_jax(log_rows, emissions):
+    """The forward algorithm's log marginal likelihood (JAX): ``log_rows[j][k]`` from state
+    ``j`` to ``k``, ``emissions[k]`` the ``(N,)`` log densities of the data in state ``k``."""
+    import jax
+    import jax.numpy as jnp
+
+    trans = jnp.stack([jnp.stack(r) for r in log_rows])  # [j, k]: from j to k
+    emit = jnp.stack(emissions, axis=1)  # (N, K)
+
+    def step(gamma, e):
+        return jax.nn.logsumexp(gamma[:, None] + trans, axis=0) + e, None
+
+    gamma, _ = jax.lax.scan(step, emit[0], emit[1:])
+    return jax.nn.logsumexp(gamma)
+
+
+def _forward_pt(log_rows, emissions):
+    """:func:`_forward_jax` in PyTensor, for the PyMC twins."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    trans = pt.stack([pt.stack(r) for r in log_rows])
+    emit = pt.stack(emissions, axis=1)
+    gamma, _ = pytensor.scan(
+        lambda e, gamma, trans: pt.logsumexp(gamma[:, None] + trans, axis=0) + e,
+        sequences=[emit[1:]], outputs_info=emit[0], non_sequences=[trans],
+    )  # fmt: skip
+    return pt.logsumexp(gamma[-1])
+
+
 def _hmm_example(data):
     """A two-state Gaussian HMM (unit-variance emissions with means ``mu``, positive and
     ordered; ``mu[1] ~ normal(3, 1)``, ``mu[2] ~ normal(10, 1)``), rows of the transition
@@ -360,8 +396,7 @@ def _hmm_example(data):
     y = data["y"]
 
     def parts(x, y, xp, log_sigmoid):
-        log_rows = [[log_sigmoid(x[0]), log_sigmoid(-x[0])],
-                    [log_sigmoid(x[1]), log_sigmoid(-x[1])]]  # fmt: skip
+        log_rows = _log_rows(x, log_sigmoid)
         mu = [xp.exp(x[2]), xp.exp(x[2]) + xp.exp(x[3])]
         emissions = [_normal_logpdf(y, m, 0.0, xp) for m in mu]  # (N,) each
         prior = -0.5 * ((mu[0] - 3.0) ** 2 + (mu[1] - 10.0) ** 2)
@@ -370,28 +405,13 @@ def _hmm_example(data):
 
     def logdensity(x):
         log_rows, emissions, rest = parts(x, jnp.asarray(y, x.dtype), jnp, jax.nn.log_sigmoid)
-        trans = jnp.stack([jnp.stack(r) for r in log_rows])  # [j, k]: from j to k
-        emit = jnp.stack(emissions, axis=1)  # (N, K)
-
-        def step(gamma, e):
-            gamma = jax.nn.logsumexp(gamma[:, None] + trans, axis=0) + e
-            return gamma, None
-
-        gamma, _ = jax.lax.scan(step, emit[0], emit[1:])
-        return jax.nn.logsumexp(gamma) + rest
+        return _forward_jax(log_rows, emissions) + rest
 
     def logdensity_pt(x):
-        import pytensor
         import pytensor.tensor as pt
 
         log_rows, emissions, rest = parts(x, pt.as_tensor(y), pt, lambda v: -pt.softplus(-v))
-        trans = pt.stack([pt.stack(r) for r in log_rows])
-        emit = pt.stack(emissions, axis=1)
-        gamma, _ = pytensor.scan(
-            lambda e, gamma, trans: pt.logsumexp(gamma[:, None] + trans, axis=0) + e,
-            sequences=[emit[1:]], outputs_info=emit[0], non_sequences=[trans],
-        )  # fmt: skip
-        return pt.logsumexp(gamma[-1]) + rest
+        return _forward_pt(log_rows, emissions) + rest
 
     def constrain(x):
         first = 1.0 / (1.0 + np.exp(-x[..., :2]))
@@ -444,8 +464,7 @@ def _hmm_drive_1(data):
     tau, rho = float(data["tau"]), float(data["rho"])
 
     def parts(x, u, v, xp, log_sigmoid):
-        log_rows = [[log_sigmoid(x[0]), log_sigmoid(-x[0])],
-                    [log_sigmoid(x[1]), log_sigmoid(-x[1])]]  # fmt: skip
+        log_rows = _log_rows(x, log_sigmoid)
         phi = [x[2], x[2] + xp.exp(x[3])]
         lam = [x[4], x[4] + xp.exp(x[5])]
         emissions = [_normal_logpdf(u, phi[k], np.log(tau), xp)
@@ -457,32 +476,16 @@ def _hmm_drive_1(data):
         return log_rows, emissions, prior + x[3] + x[5]
 
     def logdensity(x):
-        log_rows, emissions, rest = parts(
-            x, jnp.asarray(u, x.dtype), jnp.asarray(v, x.dtype), jnp, jax.nn.log_sigmoid
-        )
-        trans = jnp.stack([jnp.stack(r) for r in log_rows])
-        emit = jnp.stack(emissions, axis=1)
-
-        def step(gamma, e):
-            return jax.nn.logsumexp(gamma[:, None] + trans, axis=0) + e, None
-
-        gamma, _ = jax.lax.scan(step, emit[0], emit[1:])
-        return jax.nn.logsumexp(gamma) + rest
+        u_, v_ = jnp.asarray(u, x.dtype), jnp.asarray(v, x.dtype)
+        log_rows, emissions, rest = parts(x, u_, v_, jnp, jax.nn.log_sigmoid)
+        return _forward_jax(log_rows, emissions) + rest
 
     def logdensity_pt(x):
-        import pytensor
         import pytensor.tensor as pt
 
-        log_rows, emissions, rest = parts(
-            x, pt.as_tensor(u), pt.as_tensor(v), pt, lambda a: -pt.softplus(-a)
-        )
-        trans = pt.stack([pt.stack(r) for r in log_rows])
-        emit = pt.stack(emissions, axis=1)
-        gamma, _ = pytensor.scan(
-            lambda e, gamma, trans: pt.logsumexp(gamma[:, None] + trans, axis=0) + e,
-            sequences=[emit[1:]], outputs_info=emit[0], non_sequences=[trans],
-        )  # fmt: skip
-        return pt.logsumexp(gamma[-1]) + rest
+        log_sigmoid = lambda a: -pt.softplus(-a)  # noqa: E731
+        log_rows, emissions, rest = parts(x, pt.as_tensor(u), pt.as_tensor(v), pt, log_sigmoid)
+        return _forward_pt(log_rows, emissions) + rest
 
     def constrain(x):
         first = 1.0 / (1.0 + np.exp(-x[..., :2]))

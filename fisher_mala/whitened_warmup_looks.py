@@ -27,6 +27,7 @@ from fisher_mala.adaptations.stopping_rule import (
     prior_dominated,
     stopping_rule,
 )
+from fisher_mala.leapfrog_tuning import tune_step_size
 from fisher_mala.pytree import ravel
 
 __all__ = ["HostLooks", "shared_shape"]
@@ -349,8 +350,6 @@ def retune(tuning, rng_key, warmup_out, num_steps: int = RETUNE_STEPS):
     """One chain's warm-up outcome after ``num_steps`` more iterations of dual averaging of
     its leapfrog step (``tuning``, a :class:`~fisher_mala.leapfrog_tuning.LeapfrogTuning`,
     from its tuned step, ``R`` frozen), their gradients counted."""
-    from fisher_mala.leapfrog_tuning import tune_step_size
-
     (state, params), info = warmup_out
     key = jax.random.fold_in(rng_key, RETUNE_KEY)
     state, step, more, _ = tune_step_size(tuning, key, state, params.step_size, num_steps, 0, None)
